@@ -1,0 +1,139 @@
+"""Checkpoints that are never half-written, and that say clearly when they don't fit.
+
+A checkpoint holds everything needed to continue exactly where training stopped: the
+model's weights, the optimizer's state (Adam's moving averages — without them a resumed
+run is a different run), the epoch and the step inside it, the losses so far and the RNG
+state. Only rank 0 writes it (all ranks hold the same weights after every step).
+
+Writing is atomic: the file is written under a temporary name in the same directory,
+flushed to disk, then renamed over the old one (``os.replace`` is atomic on POSIX). A job
+killed at any moment — time limit, preemption, ``scancel`` — leaves either the previous
+checkpoint or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from .i18n import TutorialError, register
+
+register(
+    {
+        "ckpt.unwritable": {
+            "en": "Cannot write checkpoints to {path}: {why}. Choose a directory you can write to "
+                  "(--checkpoint-dir), e.g. under your home or scratch space.",
+            "tr": "Kontrol noktaları (checkpoint) {path} dizinine yazılamıyor: {why}. Yazabildiğiniz bir "
+                  "dizin seçin (--checkpoint-dir); örneğin ev dizininizde ya da scratch alanında.",
+        },
+        "ckpt.corrupt": {
+            "en": "Checkpoint {path} cannot be read ({why}). It is not a checkpoint of this package or it is "
+                  "damaged. Delete it (or point --checkpoint-dir elsewhere) to start afresh.",
+            "tr": "{path} kontrol noktası okunamıyor ({why}). Bu paketin kontrol noktası değil ya da bozuk. "
+                  "Baştan başlamak için silin (ya da --checkpoint-dir ile başka bir dizin gösterin).",
+        },
+        "ckpt.mismatch": {
+            "en": "Checkpoint {path} does not fit this run: it has {field}={saved}, this run has {field}={current}. "
+                  "Resume with the same settings, or use another --checkpoint-dir.",
+            "tr": "{path} kontrol noktası bu çalıştırmaya uymuyor: kayıtta {field}={saved}, bu çalıştırmada "
+                  "{field}={current}. Aynı ayarlarla devam edin ya da başka bir --checkpoint-dir kullanın.",
+        },
+        "ckpt.saved": {
+            "en": "checkpoint saved: {path} (epoch {epoch}, step {step})",
+            "tr": "kontrol noktası kaydedildi: {path} (epoch {epoch}, adım {step})",
+        },
+        "ckpt.resumed": {
+            "en": "resuming from {path}: epoch {epoch}, step {step}",
+            "tr": "{path} kaydından devam ediliyor: epoch {epoch}, adım {step}",
+        },
+        "ckpt.none": {
+            "en": "no checkpoint in {path} yet: starting from the beginning",
+            "tr": "{path} içinde henüz kontrol noktası yok: en baştan başlanıyor",
+        },
+    }
+)
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+
+
+def checkpoint_path(directory: os.PathLike | str) -> Path:
+    return Path(directory) / CHECKPOINT_NAME
+
+
+def ensure_writable(directory: os.PathLike | str) -> Path:
+    """Create the directory and prove it is writable now, not at the end of epoch 1."""
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise TutorialError("ckpt.unwritable", path=str(path), why=error.strerror or str(error)) from None
+    return path
+
+
+def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path:
+    """Write ``state`` atomically to ``directory/checkpoint.pt``."""
+    target = checkpoint_path(directory)
+    state = dict(state, format_version=FORMAT_VERSION)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+    return target
+
+
+REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape", "world_size", "batch_size")
+
+
+def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The checkpoint in ``directory``, or ``None`` when there is none yet.
+
+    ``expect`` holds this run's ``shape`` (the model's layer sizes), ``world_size`` and
+    ``batch_size``. The shape must always match; world and batch size must match only when
+    the checkpoint was taken in the middle of an epoch (the sampler's split of that epoch
+    depends on them).
+    """
+    path = checkpoint_path(directory)
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated zip, random bytes, pickle of something else…
+        raise TutorialError("ckpt.corrupt", path=str(path), why=type(error).__name__) from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        raise TutorialError("ckpt.corrupt", path=str(path), why="missing fields")
+    if state["format_version"] != FORMAT_VERSION:
+        raise TutorialError("ckpt.mismatch", path=str(path), field="format_version",
+                            saved=state["format_version"], current=FORMAT_VERSION)
+    if list(state["shape"]) != list(expect["shape"]):
+        raise TutorialError("ckpt.mismatch", path=str(path), field="model shape",
+                            saved=list(state["shape"]), current=list(expect["shape"]))
+    if state["step"] > 0:
+        for field in ("world_size", "batch_size"):
+            if state[field] != expect[field]:
+                raise TutorialError("ckpt.mismatch", path=str(path), field=field,
+                                    saved=state[field], current=expect[field])
+    return state

@@ -1,0 +1,131 @@
+"""The settings of one training run, and the command-line options that set them.
+
+Every launcher — ``ddp-tutorial train``, ``python -m ddp_tutorial.spawn``,
+``torchrun -m ddp_tutorial.train``, the ipyparallel engines of the notebooks — builds the
+same :class:`TrainConfig`, so a run means the same thing however it was started.
+The defaults are the seed tutorial's: MNIST, batch 128 per process, Adam with lr 0.001,
+2 epochs, a 4-layer MLP with 128 hidden features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+from .i18n import TutorialError, register
+
+register(
+    {
+        "config.bad_value": {
+            "en": "Invalid {option}={value!r}: {rule}.",
+            "tr": "Geçersiz {option}={value!r}: {rule}.",
+        },
+        "rule.positive_int": {"en": "it must be a whole number ≥ 1", "tr": "1 veya daha büyük bir tam sayı olmalı"},
+        "rule.non_negative_int": {"en": "it must be a whole number ≥ 0", "tr": "0 veya daha büyük bir tam sayı olmalı"},
+        "rule.positive_number": {"en": "it must be a number > 0", "tr": "0'dan büyük bir sayı olmalı"},
+        "rule.choice": {"en": "it must be one of {choices}", "tr": "şunlardan biri olmalı: {choices}"},
+    }
+)
+
+DATASETS = ("mnist", "fashion-mnist")
+
+
+def _default_root() -> str:
+    return os.environ.get("DDP_TUTORIAL_ROOT") or os.path.join(
+        os.path.expanduser("~"), ".cache", "ddp-tutorial", "data")
+
+
+def _default_dataset() -> str:
+    return os.environ.get("DDP_TUTORIAL_DATASET") or "mnist"
+
+
+@dataclass
+class TrainConfig:
+    dataset: str = field(default_factory=_default_dataset)
+    root: str = field(default_factory=_default_root)
+    epochs: int = 2
+    batch_size: int = 128           # per process, as in the seed
+    lr: float = 1e-3
+    scale_lr: bool = False          # linear scaling rule: lr × world size
+    seed: int = 0
+    num_layers: int = 4
+    hidden: int = 128
+    backend: str = "auto"           # auto | gloo | nccl
+    device: str = "auto"            # auto | cpu | cuda
+    timeout: float = 300.0          # seconds to form the process group / finish a collective
+    threads: Optional[int] = None   # intra-op threads per process (default: cores / processes)
+    checkpoint_dir: Optional[str] = None
+    resume: bool = False
+    json: Optional[str] = None      # write the result here (global rank 0)
+    train_subset: Optional[int] = None  # use only the first N training images (quick runs)
+    evaluate: bool = True           # rank-0 test accuracy at the end
+    progress: Optional[bool] = None # tqdm bar on rank 0 (default: when the terminal is interactive)
+    quiet: bool = False             # no per-rank lines (benchmarks)
+
+    def validate(self) -> "TrainConfig":
+        def bad(option, value, rule, **kw):
+            from .i18n import t
+            raise TutorialError("config.bad_value", option=option, value=value, rule=t(rule, **kw))
+
+        for name in ("batch_size", "num_layers", "hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (2 if name == "num_layers" else 1):
+                bad("--" + name.replace("_", "-"), value, "rule.positive_int")
+        if not isinstance(self.epochs, int) or self.epochs < 0:
+            bad("--epochs", self.epochs, "rule.non_negative_int")
+        for name in ("lr", "timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                bad("--" + name, value, "rule.positive_number")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            bad("--threads", self.threads, "rule.positive_int")
+        if self.train_subset is not None and (not isinstance(self.train_subset, int) or self.train_subset < 1):
+            bad("--train-subset", self.train_subset, "rule.positive_int")
+        if self.seed is None or not isinstance(self.seed, int) or self.seed < 0:
+            bad("--seed", self.seed, "rule.non_negative_int")
+        choices = {"dataset": DATASETS, "backend": ("auto", "gloo", "nccl"), "device": ("auto", "cpu", "cuda")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                bad("--" + name, getattr(self, name), "rule.choice", choices=", ".join(allowed))
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The training options, shared by every launcher's command line."""
+    d = TrainConfig.__dataclass_fields__
+    g = parser.add_argument_group("training")
+    g.add_argument("--dataset", default=None, help="mnist (default; $DDP_TUTORIAL_DATASET) or fashion-mnist")
+    g.add_argument("--root", default=None, help="where the data set is staged ($DDP_TUTORIAL_ROOT)")
+    g.add_argument("--epochs", type=int, default=d["epochs"].default)
+    g.add_argument("--batch-size", type=int, default=d["batch_size"].default, help="per process (default 128)")
+    g.add_argument("--lr", type=float, default=d["lr"].default)
+    g.add_argument("--scale-lr", action="store_true", help="linear scaling rule: lr × world size")
+    g.add_argument("--seed", type=int, default=d["seed"].default)
+    g.add_argument("--num-layers", type=int, default=d["num_layers"].default)
+    g.add_argument("--hidden", type=int, default=d["hidden"].default)
+    g.add_argument("--backend", default="auto", help="auto (nccl on GPUs, gloo on CPU), gloo or nccl")
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    g.add_argument("--timeout", type=float, default=d["timeout"].default,
+                   help="seconds to wait for the other processes (default 300)")
+    g.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
+    g.add_argument("--checkpoint-dir", default=None, help="write a checkpoint here every epoch")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
+    g.add_argument("--json", default=None, help="write the result as JSON here (rank 0)")
+    g.add_argument("--train-subset", type=int, default=None, help="train on the first N images only")
+    g.add_argument("--no-eval", dest="evaluate", action="store_false", help="skip the rank-0 test")
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="show a progress bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false")
+    g.add_argument("--quiet", action="store_true", help="no per-rank lines")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    names = {f.name for f in fields(TrainConfig)}
+    values = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return TrainConfig(**values).validate()

@@ -1,0 +1,392 @@
+"""Step 4 — the process group: who am I, how many are we, where do we meet?
+
+Every training process needs five facts before it can join the others:
+
+* ``rank`` — its number among all training processes (0 … world_size − 1);
+* ``world_size`` — how many training processes there are in total;
+* ``local_rank`` — its number on this machine, which picks the GPU (``cuda:local_rank``);
+* ``MASTER_ADDR`` / ``MASTER_PORT`` — where rank 0 listens, so that all can meet
+  ("rendezvous") and form the *process group* that the collectives (all-reduce …) use.
+
+Who tells a process these facts depends on how it was started. :func:`resolve_environment`
+reads them, in this order:
+
+1. explicit arguments (ipyparallel engines, tests);
+2. the per-node parent of :mod:`ddp_tutorial.spawn` (the seed's scheme): the parent passes
+   ``local_rank`` and ``nproc_per_node``; the node number and node count come from
+   ``--node-rank``/``--nnodes`` or SLURM's ``SLURM_PROCID``/``SLURM_NPROCS`` (one SLURM task per
+   node), and ``rank = local_rank + node_rank × nproc_per_node``;
+3. torchrun: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` (and ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``);
+4. SLURM with one task per device (``srun`` starts every training process):
+   ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``;
+5. none of these: a single process (world size 1).
+
+``MASTER_ADDR`` defaults to the first host of ``SLURM_JOB_NODELIST``. ``MASTER_PORT``, when
+unset inside a SLURM job, is derived from the job id — ``15000 + SLURM_JOB_ID % 15000`` — so
+two jobs that share a node use different ports unless their ids differ by a multiple of
+15 000 (and the range 15000–29999 stays below Linux's ephemeral ports, 32768 and up, which
+the kernel hands out for outgoing connections). On one machine the launcher picks a free port.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import socket
+from dataclasses import asdict, dataclass
+from typing import Mapping, MutableMapping, Optional
+
+import torch
+import torch.distributed as dist
+
+from .hostlist import first_host
+from .i18n import TutorialError, register
+
+register(
+    {
+        "env.not_integer": {
+            "en": "Environment variable {name}={value!r} is not a whole number. Check how the job was started "
+                  "(SLURM and torchrun set it themselves; do not set it by hand).",
+            "tr": "{name}={value!r} ortam değişkeni bir tam sayı değil. İşin nasıl başlatıldığını denetleyin "
+                  "(SLURM ve torchrun bu değişkeni kendileri ayarlar; elle ayarlamayın).",
+        },
+        "env.incomplete": {
+            "en": "{launcher} variables are incomplete: {present} set but {missing} missing. "
+                  "Start the job with {launcher} itself, or unset the stray variables.",
+            "tr": "{launcher} değişkenleri eksik: {present} ayarlı ama {missing} yok. İşi doğrudan "
+                  "{launcher} ile başlatın ya da artakalan değişkenleri kaldırın (unset).",
+        },
+        "env.disagree": {
+            "en": "Inconsistent environment: {detail}. These variables must agree; the job was probably "
+                  "started with a mix of launchers or with stale variables.",
+            "tr": "Tutarsız ortam: {detail}. Bu değişkenler uyuşmalı; iş büyük olasılıkla farklı "
+                  "başlatıcıların karışımıyla ya da eski değişkenlerle başlatıldı.",
+        },
+        "env.world_size": {
+            "en": "World size must be at least 1, got {world_size}. Ask for one or more processes "
+                  "(--nproc-per-node, --nnodes, or SLURM's --ntasks).",
+            "tr": "Dünya boyutu (world size) en az 1 olmalı, verilen: {world_size}. Bir ya da daha fazla "
+                  "süreç isteyin (--nproc-per-node, --nnodes ya da SLURM'ün --ntasks seçeneği).",
+        },
+        "env.rank_range": {
+            "en": "{what} {value} is outside 0 … {limit} (it must be smaller than {of} = {size}).",
+            "tr": "{what} {value}, 0 … {limit} aralığının dışında ({of} = {size} değerinden küçük olmalı).",
+        },
+        "env.no_port": {
+            "en": "MASTER_PORT is not set and there is no SLURM job id to derive it from. Set MASTER_PORT "
+                  "(and MASTER_ADDR) for every process, or start through a launcher: "
+                  "'ddp-tutorial train --nproc-per-node N', torchrun, or SLURM.",
+            "tr": "MASTER_PORT ayarlı değil ve türetilebileceği bir SLURM iş numarası yok. Her süreç için "
+                  "MASTER_PORT (ve MASTER_ADDR) ayarlayın ya da bir başlatıcı kullanın: "
+                  "'ddp-tutorial train --nproc-per-node N', torchrun veya SLURM.",
+        },
+        "env.bad_port": {
+            "en": "MASTER_PORT={value!r} is not a port number between 1 and 65535.",
+            "tr": "MASTER_PORT={value!r}, 1 ile 65535 arasında bir port numarası değil.",
+        },
+        "backend.unknown": {
+            "en": "Unknown backend {backend!r}. Use auto, gloo or nccl.",
+            "tr": "Bilinmeyen arka uç (backend) {backend!r}. auto, gloo veya nccl kullanın.",
+        },
+        "device.unknown": {
+            "en": "Unknown device {device!r}. Use auto, cpu or cuda.",
+            "tr": "Bilinmeyen cihaz {device!r}. auto, cpu veya cuda kullanın.",
+        },
+        "device.no_gpu": {
+            "en": "GPUs were requested (--device cuda) but this machine has no usable CUDA GPU. "
+                  "Use --device cpu (or auto), or run on a GPU node (SLURM: --gres=gpu:N).",
+            "tr": "GPU istendi (--device cuda) ama bu makinede kullanılabilir CUDA GPU yok. "
+                  "--device cpu (ya da auto) kullanın veya bir GPU düğümünde çalıştırın (SLURM: --gres=gpu:N).",
+        },
+        "device.too_few_gpus": {
+            "en": "Local rank {local_rank} needs GPU cuda:{local_rank}, but this node shows only {count} GPU(s). "
+                  "Start at most {count} processes per node, or ask SLURM for more (--gres=gpu:N).",
+            "tr": "Yerel sıra (local rank) {local_rank}, cuda:{local_rank} GPU'suna ihtiyaç duyuyor ama bu düğümde "
+                  "yalnızca {count} GPU görünüyor. Düğüm başına en fazla {count} süreç başlatın ya da SLURM'den daha "
+                  "fazlasını isteyin (--gres=gpu:N).",
+        },
+        "backend.nccl_needs_cuda": {
+            "en": "The nccl backend needs CUDA GPUs, but training runs on the CPU. Use --backend gloo "
+                  "(or auto), or run on GPUs.",
+            "tr": "nccl arka ucu CUDA GPU'ları gerektirir, ama eğitim CPU üzerinde çalışıyor. --backend gloo "
+                  "(ya da auto) kullanın veya GPU'larda çalıştırın.",
+        },
+        "pg.port_in_use": {
+            "en": "Rank 0 cannot listen on {addr}:{port}: the port is already in use (another job or "
+                  "program holds it). Choose another MASTER_PORT, or leave it unset so a free one is chosen.",
+            "tr": "Rank 0, {addr}:{port} adresini dinleyemiyor: port kullanımda (başka bir iş ya da program "
+                  "tutuyor). Başka bir MASTER_PORT seçin ya da boş bırakın ki boş bir port seçilsin.",
+        },
+        "pg.timeout": {
+            "en": "Rank {rank} of {world_size} could not form the process group through {addr}:{port} within "
+                  "{timeout:.0f} s ({detail}). Check that rank 0 is running and reachable at MASTER_ADDR:MASTER_PORT, "
+                  "that every process got the same world size, and that no firewall blocks the port.",
+            "tr": "Rank {rank} / {world_size}, {addr}:{port} üzerinden süreç grubunu {timeout:.0f} s içinde "
+                  "kuramadı ({detail}). Rank 0'ın çalıştığını ve MASTER_ADDR:MASTER_PORT adresinden "
+                  "erişilebildiğini, her sürecin aynı dünya boyutunu aldığını ve portun bir güvenlik duvarınca "
+                  "engellenmediğini denetleyin.",
+        },
+        "pg.failed": {
+            "en": "Rank {rank} of {world_size} could not join the process group at {addr}:{port}: {detail}",
+            "tr": "Rank {rank} / {world_size}, {addr}:{port} adresindeki süreç grubuna katılamadı: {detail}",
+        },
+    }
+)
+
+PORT_BASE = 15000
+PORT_SPAN = 15000
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands among all training processes."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    scheme: str  # explicit | spawn | torchrun | slurm | single
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _int(environ: Mapping[str, str], name: str) -> Optional[int]:
+    value = environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise TutorialError("env.not_integer", name=name, value=value) from None
+
+
+def _require(environ: Mapping[str, str], launcher: str, names) -> dict:
+    present = [n for n in names if environ.get(n, "") != ""]
+    missing = [n for n in names if environ.get(n, "") == ""]
+    if missing:
+        raise TutorialError("env.incomplete", launcher=launcher, present=", ".join(present),
+                            missing=", ".join(missing))
+    return {n: _int(environ, n) for n in names}
+
+
+def _tasks_on_node(spec: str, node: int) -> Optional[int]:
+    """SLURM_TASKS_PER_NODE looks like '2(x3),1': 2 tasks on each of 3 nodes, then 1."""
+    counts = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            return None
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts[node] if 0 <= node < len(counts) else None
+
+
+def _check_range(what: str, value: int, of: str, size: int) -> None:
+    if not 0 <= value < size:
+        raise TutorialError("env.rank_range", what=what, value=value, limit=size - 1, of=of, size=size)
+
+
+def derive_port(job_id: int) -> int:
+    """MASTER_PORT for a SLURM job: 15000 + job id mod 15000."""
+    return PORT_BASE + job_id % PORT_SPAN
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _master(environ: Mapping[str, str], world_size: int, master_addr: Optional[str],
+            master_port: Optional[int]) -> tuple:
+    addr = master_addr or environ.get("MASTER_ADDR") or ""
+    if not addr:
+        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+        addr = first_host(nodelist) if nodelist else "127.0.0.1"
+    port = master_port
+    if port is None and environ.get("MASTER_PORT", "") != "":
+        raw = environ["MASTER_PORT"]
+        try:
+            port = int(raw)
+        except ValueError:
+            raise TutorialError("env.bad_port", value=raw) from None
+    if port is None:
+        job_id = _int(environ, "SLURM_JOB_ID")
+        if job_id is not None:
+            port = derive_port(job_id)
+        elif world_size == 1:
+            port = find_free_port()
+        else:
+            raise TutorialError("env.no_port")
+    if not 1 <= port <= 65535:
+        raise TutorialError("env.bad_port", value=str(port))
+    return addr, port
+
+
+def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = None,
+                        local_rank: Optional[int] = None, nproc_per_node: Optional[int] = None,
+                        node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
+                        master_addr: Optional[str] = None, master_port: Optional[int] = None,
+                        environ: Optional[Mapping[str, str]] = None) -> DistEnv:
+    """Rank, local rank, world size, node and master address/port of this process (see module doc)."""
+    environ = os.environ if environ is None else environ
+
+    if rank is not None or world_size is not None:  # 1. explicit
+        if rank is None or world_size is None:
+            raise TypeError("give both rank and world_size, or neither")
+        scheme = "explicit"
+        local_world_size = nproc_per_node or world_size
+        local_rank = rank % local_world_size if local_rank is None else local_rank
+        num_nodes = num_nodes or max(1, -(-world_size // local_world_size))
+        node_rank = rank // local_world_size if node_rank is None else node_rank
+    elif local_rank is not None and nproc_per_node is not None:  # 2. the seed's per-node parent
+        scheme = "spawn"
+        if node_rank is None and num_nodes is None and environ.get("SLURM_PROCID", "") != "":
+            slurm = _require(environ, "SLURM", ["SLURM_PROCID", "SLURM_NPROCS"])
+            ntasks = _int(environ, "SLURM_NTASKS")
+            if ntasks is not None and ntasks != slurm["SLURM_NPROCS"]:
+                raise TutorialError("env.disagree",
+                                    detail=f"SLURM_NTASKS={ntasks} but SLURM_NPROCS={slurm['SLURM_NPROCS']}")
+            node_rank, num_nodes = slurm["SLURM_PROCID"], slurm["SLURM_NPROCS"]
+        node_rank = 0 if node_rank is None else node_rank
+        num_nodes = 1 if num_nodes is None else num_nodes
+        local_world_size = nproc_per_node
+        world_size = nproc_per_node * num_nodes
+        if num_nodes < 1:
+            raise TutorialError("env.world_size", world_size=world_size)
+        _check_range("node rank", node_rank, "the number of nodes", num_nodes)
+        rank = local_rank + node_rank * nproc_per_node
+    elif any(environ.get(n, "") != "" for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):  # 3. torchrun
+        scheme = "torchrun"
+        values = _require(environ, "torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK"])
+        rank, world_size, local_rank = values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
+        local_world_size = _int(environ, "LOCAL_WORLD_SIZE") or world_size
+        num_nodes = max(1, -(-world_size // local_world_size)) if world_size > 0 else 1
+        node_rank = _int(environ, "GROUP_RANK")
+        node_rank = rank // local_world_size if node_rank is None and local_world_size > 0 else (node_rank or 0)
+    elif environ.get("SLURM_PROCID", "") != "" and environ.get("SLURM_LOCALID", "") != "":  # 4. SLURM
+        scheme = "slurm"
+        values = _require(environ, "SLURM", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"])
+        rank, world_size, local_rank = values["SLURM_PROCID"], values["SLURM_NTASKS"], values["SLURM_LOCALID"]
+        nprocs = _int(environ, "SLURM_NPROCS")
+        if nprocs is not None and nprocs != world_size:
+            raise TutorialError("env.disagree", detail=f"SLURM_NTASKS={world_size} but SLURM_NPROCS={nprocs}")
+        node_rank = _int(environ, "SLURM_NODEID") or 0
+        num_nodes = _int(environ, "SLURM_STEP_NUM_NODES") or _int(environ, "SLURM_JOB_NUM_NODES") \
+            or _int(environ, "SLURM_NNODES") or 1
+        spec = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE") or ""
+        local_world_size = _tasks_on_node(spec, node_rank) or max(1, -(-world_size // num_nodes))
+    else:  # 5. one process
+        scheme = "single"
+        rank, world_size, local_rank, local_world_size, node_rank, num_nodes = 0, 1, 0, 1, 0, 1
+
+    if world_size < 1:
+        raise TutorialError("env.world_size", world_size=world_size)
+    _check_range("rank", rank, "world size", world_size)
+    if local_world_size < 1:
+        raise TutorialError("env.world_size", world_size=local_world_size)
+    _check_range("local rank", local_rank, "processes on this node", local_world_size)
+    if local_world_size > world_size:
+        raise TutorialError("env.disagree",
+                            detail=f"{local_world_size} processes per node but world size {world_size}")
+    addr, port = _master(environ, world_size, master_addr, master_port)
+    return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=local_world_size,
+                   node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port, scheme=scheme)
+
+
+# --------------------------------------------------------------------------------------
+# Device and backend
+
+
+def choose_device(requested: str, env: DistEnv) -> torch.device:
+    """``cuda:local_rank`` where a GPU is there for this process, else the CPU.
+
+    ``torch.cuda.set_device`` is called here, before any other CUDA work, so that every
+    later ``.cuda()`` and NCCL call of this process uses *its* GPU, not GPU 0.
+    """
+    if requested not in ("auto", "cpu", "cuda"):
+        raise TutorialError("device.unknown", device=requested)
+    if requested == "cpu":
+        return torch.device("cpu")
+    available = torch.cuda.is_available()
+    if requested == "cuda" and not available:
+        raise TutorialError("device.no_gpu")
+    if not available:
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if env.local_rank >= count:
+        if requested == "cuda":
+            raise TutorialError("device.too_few_gpus", local_rank=env.local_rank, count=count)
+        return torch.device("cpu")
+    torch.cuda.set_device(env.local_rank)
+    return torch.device("cuda", env.local_rank)
+
+
+def choose_backend(requested: str, device: torch.device) -> str:
+    """``nccl`` when this process has its own GPU, ``gloo`` on the CPU (``auto``)."""
+    if requested not in ("auto", "gloo", "nccl"):
+        raise TutorialError("backend.unknown", backend=requested)
+    if requested == "nccl" and device.type != "cuda":
+        raise TutorialError("backend.nccl_needs_cuda")
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    return requested
+
+
+def init_process_group(env: DistEnv, backend: str, timeout_seconds: float) -> None:
+    """Join the process group (the rendezvous at MASTER_ADDR:MASTER_PORT), with a timeout.
+
+    Torch's default timeout is 30 minutes (10 for NCCL): a typo in MASTER_ADDR would burn
+    half an hour of GPU time before saying anything. We wait ``timeout_seconds`` and then
+    say what went wrong. The same timeout bounds every collective: a rank that stops
+    answering ends the job after that long instead of hanging it.
+    """
+    timeout = datetime.timedelta(seconds=timeout_seconds)
+    url = f"tcp://{_url_host(env.master_addr)}:{env.master_port}"
+    fields = dict(rank=env.rank, world_size=env.world_size, addr=env.master_addr, port=env.master_port)
+    try:
+        dist.init_process_group(backend, init_method=url, rank=env.rank, world_size=env.world_size,
+                                timeout=timeout)
+    except Exception as error:  # torch raises DistNetworkError / DistStoreError / RuntimeError
+        text = str(error)
+        lowered = text.lower()
+        if "address already in use" in lowered or "errno 98" in lowered or "eaddrinuse" in lowered:
+            raise TutorialError("pg.port_in_use", addr=env.master_addr, port=env.master_port) from None
+        if "timed out" in lowered or "timeout" in lowered or isinstance(error, TimeoutError):
+            raise TutorialError("pg.timeout", timeout=timeout_seconds, detail=_first_line(text),
+                                **fields) from None
+        raise TutorialError("pg.failed", detail=_first_line(text), **fields) from None
+
+
+def destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else text[:300]
+
+
+def export_environment(env: DistEnv, target: MutableMapping[str, str]) -> None:
+    """Write MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK into ``target`` (e.g. ``os.environ``)
+    so that libraries that read torchrun's variables see the same facts."""
+    target.update({
+        "MASTER_ADDR": env.master_addr, "MASTER_PORT": str(env.master_port), "RANK": str(env.rank),
+        "WORLD_SIZE": str(env.world_size), "LOCAL_RANK": str(env.local_rank),
+        "LOCAL_WORLD_SIZE": str(env.local_world_size),
+    })

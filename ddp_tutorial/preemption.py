@@ -1,0 +1,55 @@
+"""Preemption and time limits: stop cleanly at a step boundary, checkpoint, come back.
+
+SLURM can warn a job before its time limit (``#SBATCH --signal=B:USR1@90``) or before
+preempting it. On SIGUSR1 this module sets a flag; the training loop asks
+:meth:`StopRequest.agreed` at step boundaries, all ranks agree through a tiny all-reduce
+(any rank's signal stops everyone at the *same* step), rank 0 writes a checkpoint, and
+every process exits with :data:`EXIT_REQUEUE`. The sbatch script sees that code and runs
+``scontrol requeue $SLURM_JOB_ID``; the requeued job resumes from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import torch
+import torch.distributed as dist
+
+EXIT_REQUEUE = 75  # EX_TEMPFAIL in sysexits.h: "try again later"
+
+
+class Preempted(Exception):
+    """Raised by the training loop after the checkpoint is written."""
+
+    exit_code = EXIT_REQUEUE
+
+
+class StopRequest:
+    """A flag set by SIGUSR1 (or by :meth:`request`), agreed on by all ranks."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def request(self, *_):
+        self.requested = True
+
+    def install(self, signum: int = signal.SIGUSR1) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = (signum, signal.signal(signum, self.request))
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(*self._previous)
+            self._previous = None
+
+    def agreed(self, distributed: bool, device: torch.device) -> bool:
+        """True on every rank when any rank was asked to stop (a collective: call it on all ranks
+        at the same steps)."""
+        if not distributed:
+            return self.requested
+        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
