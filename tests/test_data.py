@@ -1,0 +1,337 @@
+"""Tests of ddp_tutorial.data: staging, validation, loading, messages."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torchvision.datasets import MNIST
+from torchvision.transforms import ToTensor
+
+from ddp_tutorial import data
+from ddp_tutorial.i18n import TutorialError, catalogue
+
+try:
+    from idx_files import label_bytes, write_mnist_like
+except ImportError:  # tests/ imported as a package
+    from tests.idx_files import label_bytes, write_mnist_like
+
+REPO = Path(__file__).resolve().parents[1]
+DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
+N_TRAIN, N_TEST = 300, 60
+
+
+@pytest.fixture(autouse=True)
+def english(monkeypatch):
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """Tiny MNIST-like files staged in place, uncompressed."""
+    return write_mnist_like(tmp_path / "root", n_train=N_TRAIN, n_test=N_TEST)
+
+
+@pytest.fixture
+def gz_dir(tmp_path) -> Path:
+    """The same files as ``root`` (same seed) as a directory of .gz files."""
+    return write_mnist_like(tmp_path / "src", n_train=N_TRAIN, n_test=N_TEST, gz=True)
+
+
+def raw(root: Path, name: str, dataset: str = "mnist") -> Path:
+    return data.raw_folder(dataset, root) / name
+
+
+def idx_array(path: Path, header: int) -> np.ndarray:
+    return np.frombuffer(path.read_bytes()[header:], dtype=np.uint8)
+
+
+# ------------------------------------------------------------------ loading
+
+
+def test_load_in_place(root):
+    for train, n, split in ((True, N_TRAIN, "train"), (False, N_TEST, "t10k")):
+        d = data.load("mnist", root, train=train)
+        assert len(d) == n and d.name == "mnist"
+        assert d.images.shape == (n, 28, 28) and d.images.dtype == torch.uint8
+        assert d.labels.shape == (n,) and d.labels.dtype == torch.int64
+        assert d.classes == MNIST.classes
+        assert (d.num_features, d.num_classes) == (784, 10)
+        # The values are exactly the bytes of the files.
+        images = idx_array(raw(root, f"{split}-images-idx3-ubyte"), 16).reshape(n, 28, 28)
+        labels = idx_array(raw(root, f"{split}-labels-idx1-ubyte"), 8)
+        assert np.array_equal(d.images.numpy(), images)
+        assert np.array_equal(d.labels.numpy(), labels)
+
+
+def test_batch_equals_torchvision_to_tensor(root):
+    d = data.load("mnist", root, train=True)
+    reference = MNIST(str(root), train=True, download=False, transform=ToTensor())
+    indices = torch.tensor([5, 0, 299, 17, 17, 123])
+    x, y = d.batch(indices)
+    assert x.shape == (6, 784) and x.dtype == torch.float32
+    assert y.dtype == torch.int64
+    expected_x = torch.stack([reference[i][0].reshape(-1) for i in indices.tolist()])
+    expected_y = torch.tensor([reference[i][1] for i in indices.tolist()])
+    assert torch.equal(x, expected_x)  # bit for bit, not just close
+    assert torch.equal(y, expected_y)
+    assert 0.0 <= x.min() and x.max() <= 1.0
+
+
+def test_prepare_from_gz_dir(tmp_path, gz_dir, root, capsys):
+    target = tmp_path / "staged"
+    assert data.prepare("mnist", target, from_dir=gz_dir) == target
+    assert f"Staged {N_TRAIN} train / {N_TEST} test images of mnist in {target}" in capsys.readouterr().out
+    for name in data.ALL_FILES:  # decompressed, byte-identical to the in-place files
+        assert raw(target, name).read_bytes() == raw(root, name).read_bytes()
+    assert torch.equal(data.load("mnist", target, False).images, data.load("mnist", root, False).images)
+
+    # Idempotent: a second call finds everything in place and changes nothing.
+    before = {name: raw(target, name).stat().st_mtime_ns for name in data.ALL_FILES}
+    data.prepare("mnist", target, from_dir=gz_dir)
+    assert "already staged" in capsys.readouterr().out
+    assert before == {name: raw(target, name).stat().st_mtime_ns for name in data.ALL_FILES}
+
+
+def test_prepare_from_uncompressed_dir_and_torchvision_layout(tmp_path, root):
+    # --from accepts a plain directory of IDX files, or a data root copied from elsewhere.
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in data.ALL_FILES:
+        (flat / name).write_bytes(raw(root, name).read_bytes())
+    data.prepare("mnist", tmp_path / "a", from_dir=flat, verbose=False)
+    data.prepare("mnist", tmp_path / "b", from_dir=root, verbose=False)
+    assert data.check("mnist", tmp_path / "a") == data.check("mnist", tmp_path / "b") == (N_TRAIN, N_TEST)
+
+
+def test_prepare_replaces_damaged_files(tmp_path, gz_dir):
+    target = data.prepare("mnist", tmp_path / "t", from_dir=gz_dir, verbose=False)
+    path = raw(target, "train-images-idx3-ubyte")
+    path.write_bytes(path.read_bytes()[:1000])
+    data.prepare("mnist", target, from_dir=gz_dir, verbose=False)
+    assert data.check("mnist", target) == (N_TRAIN, N_TEST)
+
+
+@pytest.fixture(scope="module")
+def fashion_root(tmp_path_factory) -> Path:
+    if not DEBIAN_FASHION.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{DEBIAN_FASHION} is missing in CI: install the Debian package dataset-fashion-mnist")
+        pytest.skip(f"{DEBIAN_FASHION} absent (apt install dataset-fashion-mnist)")
+    return data.prepare("fashion-mnist", tmp_path_factory.mktemp("fashion"), from_dir=DEBIAN_FASHION,
+                        verbose=False)
+
+
+def test_fashion_mnist_from_debian(fashion_root):
+    train = data.load("fashion-mnist", fashion_root, train=True)
+    test = data.load("fashion-mnist", fashion_root, train=False)
+    assert (len(train), len(test)) == (60000, 10000)
+    assert train.classes[0] == "T-shirt/top" and train.num_classes == 10
+    assert round(train.images.float().div(255).mean().item(), 3) == 0.286
+    assert torch.bincount(train.labels).tolist() == [6000] * 10
+    x, _ = train.batch(torch.arange(60000))  # the whole set in one go: mean of batch() too
+    assert round(x.mean().item(), 3) == 0.286
+
+
+# ------------------------------------------------------------------ concurrency
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from ddp_tutorial import data
+ready, go = Path(sys.argv[3]), Path(sys.argv[4])
+ready.touch()
+while not go.exists():        # start together, to make them race for the lock
+    time.sleep(0.005)
+data.prepare("mnist", sys.argv[1], from_dir=sys.argv[2])
+"""
+
+
+def test_concurrent_prepare(tmp_path):
+    src = write_mnist_like(tmp_path / "src", n_train=4096, n_test=512, gz=True)
+    expected = write_mnist_like(tmp_path / "expected", n_train=4096, n_test=512)
+    target, go = tmp_path / "shared-root", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(src), str(tmp_path / f"ready{i}"),
+                               str(go)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(4)]
+    deadline = time.monotonic() + 40
+    while not all((tmp_path / f"ready{i}").exists() for i in range(4)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    outputs = [p.communicate(timeout=40)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outputs
+    assert sum("Staged" in out for out in outputs) >= 1  # somebody did the work ...
+    for name in data.ALL_FILES:  # ... and the files are whole
+        assert raw(target, name).read_bytes() == raw(expected, name).read_bytes()
+    assert not list(data.raw_folder("mnist", target).glob(".*"))  # no temporary files left
+    assert data.check("mnist", target) == (4096, 512)
+
+
+# ------------------------------------------------------------------ validation errors
+
+
+def error_of(call, *args, **kwargs) -> TutorialError:
+    with pytest.raises(TutorialError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def test_truncated_image_file(root):
+    path = raw(root, "train-images-idx3-ubyte")
+    path.write_bytes(path.read_bytes()[:-100])
+    error = error_of(data.load, "mnist", root, True)
+    assert error.key == "data.bad_size"
+    text = str(error)
+    assert str(path) in text and "truncated" in text
+    assert f"ddp-tutorial data prepare --dataset mnist --root {root}" in text
+
+
+def test_file_shorter_than_header(root):
+    path = raw(root, "t10k-labels-idx1-ubyte")
+    path.write_bytes(b"\x00\x00")
+    error = error_of(data.load, "mnist", root, False)
+    assert error.key == "data.too_short" and str(path) in str(error)
+
+
+def test_wrong_magic(root):
+    path = raw(root, "t10k-images-idx3-ubyte")
+    content = bytearray(path.read_bytes())
+    content[3] = 0x01  # 2049: a label file's magic in an image file
+    path.write_bytes(bytes(content))
+    error = error_of(data.load, "mnist", root, False)
+    assert error.key == "data.bad_magic" and str(path) in str(error) and "2051" in str(error)
+
+
+def test_label_image_count_mismatch(root):
+    labels = raw(root, "train-labels-idx1-ubyte")
+    labels.write_bytes(label_bytes(np.arange(N_TRAIN - 1) % 10))  # valid file, one label short
+    error = error_of(data.load, "mnist", root, True)
+    assert error.key == "data.count_mismatch"
+    assert str(labels) in str(error) and str(raw(root, "train-images-idx3-ubyte")) in str(error)
+
+
+def test_label_out_of_range(root):
+    labels = raw(root, "train-labels-idx1-ubyte")
+    labels.write_bytes(label_bytes(np.full(N_TRAIN, 10)))
+    error = error_of(data.load, "mnist", root, True)
+    assert error.key == "data.bad_label" and str(labels) in str(error)
+
+
+def test_damaged_import_source_is_named(tmp_path, gz_dir):
+    source = gz_dir / "t10k-images-idx3-ubyte.gz"
+    content = gzip.decompress(source.read_bytes())
+    source.write_bytes(gzip.compress(content[:-1]))  # valid gzip, truncated IDX inside
+    error = error_of(data.prepare, "mnist", tmp_path / "t", from_dir=gz_dir)
+    assert error.key == "data.bad_size" and str(source) in str(error)
+    assert not list(data.raw_folder("mnist", tmp_path / "t").iterdir())  # nothing staged, no temp file
+
+    source.write_bytes(source.read_bytes()[:-50])  # a cut-off .gz
+    error = error_of(data.prepare, "mnist", tmp_path / "t", from_dir=gz_dir)
+    assert error.key == "data.bad_gzip" and str(source) in str(error)
+
+
+def test_from_dir_missing_files(tmp_path, gz_dir):
+    (gz_dir / "train-labels-idx1-ubyte.gz").unlink()
+    error = error_of(data.prepare, "mnist", tmp_path / "t", from_dir=gz_dir)
+    assert error.key == "data.from_missing" and "train-labels-idx1-ubyte" in str(error)
+
+
+# ------------------------------------------------------------------ missing data, names, languages
+
+
+def test_missing_data_names_the_prepare_command(tmp_path, monkeypatch):
+    root = tmp_path / "empty"
+    command = f"ddp-tutorial data prepare --dataset fashion-mnist --root {root}"
+    english = error_of(data.load, "fashion-mnist", root, True)
+    assert english.key == "data.not_staged" and command in str(english)
+    assert data.ALL_FILES[0] in str(english)
+
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    turkish = error_of(data.load, "fashion-mnist", root, True)
+    assert str(turkish) != str(english) and command in str(turkish)
+    assert "hazır değil" in str(turkish)
+    # prepare(download=False) gives the same error instead of going to the network.
+    assert error_of(data.prepare, "fashion-mnist", root, download=False).key == "data.not_staged"
+
+
+def test_unknown_dataset(tmp_path, monkeypatch):
+    for call in (data.load, data.prepare):
+        error = error_of(call, "cifar10", tmp_path)
+        assert error.key == "data.unknown_dataset"
+        assert "cifar10" in str(error) and "mnist, fashion-mnist" in str(error)
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    assert "Geçerli adlar: mnist, fashion-mnist" in str(error_of(data.load, "cifar10", tmp_path))
+
+
+def test_offline_download_fails_fast_and_clearly(tmp_path, monkeypatch):
+    # Port 9 ("discard") on localhost is closed: the connection is refused at once,
+    # whether or not this machine has internet.
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])
+    root = tmp_path / "r"
+    started = time.monotonic()
+    error = error_of(data.prepare, "mnist", root)
+    assert time.monotonic() - started < 10
+    assert error.key == "data.offline"
+    text = str(error)
+    assert f"ddp-tutorial data prepare --dataset mnist --root {root} --from DIR" in text
+    assert "offline" in text and "login node" in text
+    assert [p.name for p in root.iterdir()] == ["MNIST"]  # the scratch download folder is gone
+    assert not list(data.raw_folder("mnist", root).iterdir())
+
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    turkish = str(error_of(data.prepare, "mnist", root))
+    assert "giriş düğümünde" in turkish and f"--root {root} --from DIR" in turkish
+
+
+def test_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("DDP_TUTORIAL_ROOT", raising=False)
+    monkeypatch.delenv("DDP_TUTORIAL_DATASET", raising=False)
+    assert data.default_root() == Path.home() / ".cache" / "ddp-tutorial" / "data"
+    assert data.default_dataset() == "mnist"
+    monkeypatch.setenv("DDP_TUTORIAL_ROOT", str(tmp_path))
+    monkeypatch.setenv("DDP_TUTORIAL_DATASET", "fashion-mnist")
+    assert data.default_root() == tmp_path and data.default_dataset() == "fashion-mnist"
+
+
+def test_messages_in_both_languages():
+    messages = {key: texts for key, texts in catalogue().items() if key.startswith("data.")}
+    assert len(messages) >= 20
+    for key, texts in messages.items():
+        assert texts["en"] != texts["tr"], key
+        # The same placeholders in both languages.
+        fields = [sorted(part.split("}")[0].split("!")[0] for part in texts[lang].split("{")[1:])
+                  for lang in ("en", "tr")]
+        assert fields[0] == fields[1], key
+
+
+# ------------------------------------------------------------------ command line
+
+
+def test_cli(tmp_path, gz_dir, monkeypatch, capsys):
+    monkeypatch.setenv("DDP_TUTORIAL_DATASET", "mnist")
+    parser = argparse.ArgumentParser(prog="ddp-tutorial")
+    data.add_cli(parser.add_subparsers(dest="command"))
+    target = tmp_path / "cli"
+
+    args = parser.parse_args(["data", "prepare", "--root", str(target), "--from", str(gz_dir)])
+    assert (args.dataset, args.root, args.from_dir) == ("mnist", target, gz_dir)
+    assert args.func(args) == 0
+    assert "Staged" in capsys.readouterr().out
+
+    args = parser.parse_args(["data", "check", "--dataset", "mnist", "--root", str(target)])
+    assert args.func(args) == 0
+    assert f"{N_TRAIN} train / {N_TEST} test" in capsys.readouterr().out
+
+    with pytest.raises(SystemExit):
+        parser.parse_args(["data", "prepare", "--dataset", "cifar10"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["data"])  # a subcommand is required
