@@ -186,11 +186,12 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     if nproc_per_node < 1 or num_nodes < 1:
         raise TutorialError("env.world_size", world_size=nproc_per_node * num_nodes)
 
-    if not os.environ.get("MASTER_PORT") and not os.environ.get("SLURM_JOB_ID"):
-        if num_nodes > 1:
+    if not os.environ.get("MASTER_PORT"):
+        if num_nodes == 1:  # all processes on this machine: meet on loopback, on a port free right now
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ["MASTER_PORT"] = str(find_free_port(os.environ["MASTER_ADDR"]))
+        elif not os.environ.get("SLURM_JOB_ID"):  # several nodes must agree on one address and port
             raise TutorialError("spawn.no_port", nnodes=num_nodes)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(find_free_port(os.environ["MASTER_ADDR"]))
     # Check the whole environment here, once, before any child starts.
     env = resolve_environment(local_rank=0, nproc_per_node=nproc_per_node, node_rank=node_rank, num_nodes=num_nodes)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = env.master_addr, str(env.master_port)

@@ -163,6 +163,15 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
     if config.resume and not config.checkpoint_dir:
         raise TutorialError("train.need_checkpoint_dir")
 
+    # SIGUSR1 (SLURM's warning before the time limit) from now on means "checkpoint and stop".
+    stop = StopRequest().install()
+    try:
+        return _train(config, env, stop)
+    finally:
+        stop.uninstall()
+
+
+def _train(config: TrainConfig, env: Optional[DistEnv], stop: StopRequest) -> TrainResult:
     # 1–2. Who am I, and on which device?
     env = env or resolve_environment()
     device = choose_device(config.device, env)
@@ -190,7 +199,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
         init_process_group(env, backend, config.timeout)
         own_group = True
     try:
-        return _train_in_group(config, env, device, backend, distributed, train_data, test_data)
+        return _train_in_group(config, env, device, backend, distributed, train_data, test_data, stop)
     except (RuntimeError, dist.DistError) as error:
         text = str(error)
         if distributed and _looks_like_lost_peer(text):
@@ -207,7 +216,7 @@ def _looks_like_lost_peer(text: str) -> bool:
                                       "broken pipe", "timed out", "timeout", "peer", "socket"))
 
 
-def _train_in_group(config, env, device, backend, distributed, train_data, test_data) -> TrainResult:
+def _train_in_group(config, env, device, backend, distributed, train_data, test_data, stop) -> TrainResult:
     # 5. The model: the same seed on every rank gives the same initial weights (DDP also
     #    broadcasts rank 0's weights when it wraps the model, so they agree in any case).
     torch.manual_seed(config.seed)
@@ -261,7 +270,6 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
                 rng=torch.get_rng_state()))
             _say(config, t("ckpt.saved", path=path, epoch=epoch, step=step))
 
-    stop = StopRequest().install()
     # Asking all ranks "should we stop?" is a (tiny) collective; on a GPU it also forces a
     # host sync, so there we ask every 10 steps. Every rank asks at the same steps.
     check_every = 1 if device.type == "cpu" else 10
@@ -271,57 +279,56 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
     if distributed:
         dist.barrier()
     started = time.perf_counter()
-    try:
-        for epoch in range(start_epoch, config.epochs):
-            batches = index_batches(epoch_indices(sampler, epoch), config.batch_size)
-            first = start_step if epoch == start_epoch else 0
-            loss_sum, steps = partial if epoch == start_epoch else (0.0, 0)
-            running = torch.zeros((), device=device)  # loss summed on the device: no graph, no per-step sync
-            bar = _progress_bar(len(batches), first, epoch) if show_progress else None
-            for step in range(first, len(batches)):
-                if step % check_every == 0 and stop.agreed(distributed, device):
-                    loss_sum += running.item()
-                    save(epoch, step, loss_sum, steps)
-                    if distributed:
-                        dist.barrier()  # nobody exits before the checkpoint is on disk
-                    _say(config, t("train.preempted", rank=env.rank, epoch=epoch, step=step, code=EXIT_REQUEUE))
-                    raise Preempted()
-                images, labels = train_data.batch(batches[step])
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                optimizer.zero_grad(set_to_none=True)
-                loss = criterion(parallel_model(images), labels)
-                loss.backward()  # DDP all-reduces (averages) the gradients here
-                optimizer.step()
-                running += loss.detach()
-                steps += 1
-                samples_done += len(labels)
-                if bar is not None:
-                    bar.update(1)
+    for epoch in range(start_epoch, config.epochs):
+        batches = index_batches(epoch_indices(sampler, epoch), config.batch_size)
+        first = start_step if epoch == start_epoch else 0
+        loss_sum, steps = partial if epoch == start_epoch else (0.0, 0)
+        running = torch.zeros((), device=device)  # loss summed on the device: no graph, no per-step sync
+        bar = _progress_bar(len(batches), first, epoch) if show_progress else None
+        for step in range(first, len(batches)):
+            if step % check_every == 0 and stop.agreed(distributed, device):
+                loss_sum += running.item()
+                save(epoch, step, loss_sum, steps)
+                if distributed:
+                    dist.barrier()  # nobody exits before the checkpoint is on disk
+                _say(config, t("train.preempted", rank=env.rank, epoch=epoch, step=step, code=EXIT_REQUEUE))
+                raise Preempted()
+            images, labels = train_data.batch(batches[step])
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            loss = criterion(parallel_model(images), labels)
+            loss.backward()  # DDP all-reduces (averages) the gradients here
+            optimizer.step()
+            running += loss.detach()
+            steps += 1
+            samples_done += len(labels)
             if bar is not None:
-                bar.close()
-            loss_sum += running.item()
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        loss_sum += running.item()
 
-            # 7. This rank's loss (the seed's line) and the mean over all ranks.
-            totals = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
-            if distributed:
-                gathered = [torch.zeros(2, dtype=torch.float64) for _ in range(env.world_size)]
-                dist.all_gather(gathered, totals)  # gloo and nccl: tensors on the right device
-            else:
-                gathered = [totals]
-            rank_sums = [float(g[0]) for g in gathered]
-            mean_loss = sum(rank_sums) / max(1.0, sum(float(g[1]) for g in gathered))
-            result.epochs.append(mean_loss)
-            result.rank_losses.append(rank_sums)
-            elapsed = time.perf_counter() - started
-            _say(config, t("train.rank_loss", rank=env.rank, loss=loss_sum, epoch=epoch, steps=steps))
-            if env.is_main:
-                rate = samples_done * env.world_size / max(elapsed, 1e-9)
-                _say(config, t("train.epoch_summary", epoch=epoch, world_size=env.world_size, loss=mean_loss,
-                               rate=rate))
-            save(epoch + 1, 0, 0.0, 0)
-    finally:
-        stop.uninstall()
+        # 7. This rank's loss (the seed's line) and the mean over all ranks.
+        # (nccl moves only GPU tensors, gloo CPU ones.)
+        comm_device = device if backend == "nccl" else torch.device("cpu")
+        totals = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=comm_device)
+        if distributed:
+            gathered = [torch.zeros(2, dtype=torch.float64, device=comm_device) for _ in range(env.world_size)]
+            dist.all_gather(gathered, totals)
+        else:
+            gathered = [totals]
+        rank_sums = [float(g[0]) for g in gathered]
+        mean_loss = sum(rank_sums) / max(1.0, sum(float(g[1]) for g in gathered))
+        result.epochs.append(mean_loss)
+        result.rank_losses.append(rank_sums)
+        elapsed = time.perf_counter() - started
+        _say(config, t("train.rank_loss", rank=env.rank, loss=loss_sum, epoch=epoch, steps=steps))
+        if env.is_main:
+            rate = samples_done * env.world_size / max(elapsed, 1e-9)
+            _say(config, t("train.epoch_summary", epoch=epoch, world_size=env.world_size, loss=mean_loss,
+                           rate=rate))
+        save(epoch + 1, 0, 0.0, 0)
 
     if device.type == "cuda":
         torch.cuda.synchronize()
