@@ -81,18 +81,26 @@ def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path
     """Write ``state`` atomically to ``directory/checkpoint.pt``."""
     target = checkpoint_path(directory)
     state = dict(state, format_version=FORMAT_VERSION)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint-", suffix=".tmp")
+    # A directory that vanished or a full disk in the middle of training (scratch purged,
+    # quota) is the user's to fix: say so clearly instead of an OSError traceback (issue 6).
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint-", suffix=".tmp")
+    except OSError as error:
+        raise TutorialError("ckpt.unwritable", path=str(target.parent), why=error.strerror or str(error)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             torch.save(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
+        if isinstance(error, OSError):
+            raise TutorialError("ckpt.unwritable", path=str(target.parent),
+                                why=error.strerror or str(error)) from None
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(target.parent, os.O_RDONLY)

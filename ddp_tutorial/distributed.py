@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from .hostlist import first_host
-from .i18n import TutorialError, register
+from .i18n import TutorialError, register, t
 
 register(
     {
@@ -137,6 +137,10 @@ register(
 PORT_BASE = 15000
 PORT_SPAN = 15000
 
+# Exit code of a rank that stopped only because *another* rank failed (its collective broke or
+# timed out). Launchers use it to name the rank that failed first, not its victims.
+EXIT_LOST_PEER = 3
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -190,9 +194,27 @@ def _tasks_on_node(spec: str, node: int) -> Optional[int]:
     return counts[node] if 0 <= node < len(counts) else None
 
 
+# The words and details put into env.rank_range / env.disagree, in both languages (the Turkish
+# messages used to carry English words; found by tests/test_bad_input.py).
+register(
+    {
+        "env.detail.but": {"en": "{a} but {b}", "tr": "{a}, oysa {b}"},
+        "env.detail.per_node": {"en": "{per_node} processes per node but world size {world_size}",
+                                "tr": "düğüm başına {per_node} süreç, oysa dünya boyutu {world_size}"},
+        "env.term.rank": {"en": "rank", "tr": "rank"},
+        "env.term.node rank": {"en": "node rank", "tr": "düğüm sırası"},
+        "env.term.local rank": {"en": "local rank", "tr": "yerel sıra"},
+        "env.term.world size": {"en": "world size", "tr": "dünya boyutu"},
+        "env.term.the number of nodes": {"en": "the number of nodes", "tr": "düğüm sayısı"},
+        "env.term.processes on this node": {"en": "processes on this node", "tr": "bu düğümdeki süreç sayısı"},
+    }
+)
+
+
 def _check_range(what: str, value: int, of: str, size: int) -> None:
     if not 0 <= value < size:
-        raise TutorialError("env.rank_range", what=what, value=value, limit=size - 1, of=of, size=size)
+        raise TutorialError("env.rank_range", what=t("env.term." + what), value=value, limit=size - 1,
+                            of=t("env.term." + of), size=size)
 
 
 def derive_port(job_id: int) -> int:
@@ -255,8 +277,8 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
             slurm = _require(environ, "SLURM", ["SLURM_PROCID", "SLURM_NPROCS"])
             ntasks = _int(environ, "SLURM_NTASKS")
             if ntasks is not None and ntasks != slurm["SLURM_NPROCS"]:
-                raise TutorialError("env.disagree",
-                                    detail=f"SLURM_NTASKS={ntasks} but SLURM_NPROCS={slurm['SLURM_NPROCS']}")
+                raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={ntasks}",
+                                                             b=f"SLURM_NPROCS={slurm['SLURM_NPROCS']}"))
             node_rank, num_nodes = slurm["SLURM_PROCID"], slurm["SLURM_NPROCS"]
         node_rank = 0 if node_rank is None else node_rank
         num_nodes = 1 if num_nodes is None else num_nodes
@@ -280,7 +302,8 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
         rank, world_size, local_rank = values["SLURM_PROCID"], values["SLURM_NTASKS"], values["SLURM_LOCALID"]
         nprocs = _int(environ, "SLURM_NPROCS")
         if nprocs is not None and nprocs != world_size:
-            raise TutorialError("env.disagree", detail=f"SLURM_NTASKS={world_size} but SLURM_NPROCS={nprocs}")
+            raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={world_size}",
+                                                         b=f"SLURM_NPROCS={nprocs}"))
         node_rank = _int(environ, "SLURM_NODEID") or 0
         num_nodes = _int(environ, "SLURM_STEP_NUM_NODES") or _int(environ, "SLURM_JOB_NUM_NODES") \
             or _int(environ, "SLURM_NNODES") or 1
@@ -297,8 +320,8 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
         raise TutorialError("env.world_size", world_size=local_world_size)
     _check_range("local rank", local_rank, "processes on this node", local_world_size)
     if local_world_size > world_size:
-        raise TutorialError("env.disagree",
-                            detail=f"{local_world_size} processes per node but world size {world_size}")
+        raise TutorialError("env.disagree", detail=t("env.detail.per_node", per_node=local_world_size,
+                                                     world_size=world_size))
     addr, port = _master(environ, world_size, master_addr, master_port)
     return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=local_world_size,
                    node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port, scheme=scheme)

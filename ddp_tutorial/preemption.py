@@ -25,11 +25,21 @@ class Preempted(Exception):
     exit_code = EXIT_REQUEUE
 
 
+_early = {"requested": False}
+
+
+def remember_early_signal(signum: int = signal.SIGUSR1) -> None:
+    """Catch SIGUSR1 from the very start of a training process (before torch is even imported),
+    so that a warning arriving while the process starts is kept, not fatal (SIGUSR1's default
+    action ends the process). :class:`StopRequest` picks it up when training installs it."""
+    signal.signal(signum, lambda *_: _early.__setitem__("requested", True))
+
+
 class StopRequest:
     """A flag set by SIGUSR1 (or by :meth:`request`), agreed on by all ranks."""
 
     def __init__(self):
-        self.requested = False
+        self.requested = _early["requested"]
         self._previous = None
 
     def request(self, *_):

@@ -26,7 +26,7 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from .config import TrainConfig, add_train_arguments, config_from_args
-from .distributed import find_free_port, resolve_environment
+from .distributed import EXIT_LOST_PEER, find_free_port, resolve_environment
 from .i18n import TutorialError, register, t
 from .preemption import EXIT_REQUEUE
 
@@ -39,6 +39,10 @@ register(
                   "{others} süreci durduruluyor.",
         },
         "spawn.exit_code": {"en": "exited with code {code}", "tr": "{code} koduyla çıktı"},
+        "spawn.lost_peer": {
+            "en": "stopped because it lost contact with the other processes (exit code {code})",
+            "tr": "diğer süreçlerle bağlantısı koptuğu için durdu (çıkış kodu {code})",
+        },
         "spawn.signal": {"en": "was killed by signal {name}", "tr": "{name} sinyaliyle sonlandırıldı"},
         "spawn.preempted": {
             "en": "all processes of node {node} stopped for requeue (exit code {code})",
@@ -54,6 +58,7 @@ register(
 )
 
 GRACE_SECONDS = 5.0
+CAUSE_WAIT_SECONDS = 10.0  # how long to wait for the real cause after a rank lost contact
 
 
 def _die_with_parent() -> None:
@@ -67,11 +72,11 @@ def _die_with_parent() -> None:
 
 def _child_entry(local_rank: int, function: Callable, args: tuple) -> None:
     _die_with_parent()
-    from .train import run_and_exit
-    # The child must not inherit the parent's signal forwarding.
-    for signum in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
+    from .preemption import remember_early_signal
+    remember_early_signal()  # SIGUSR1 before training starts: remembered, not fatal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    from .train import run_and_exit
     sys.exit(run_and_exit(function, local_rank, *args))
 
 
@@ -82,6 +87,8 @@ def _describe(code: int) -> str:
         except ValueError:
             name = str(-code)
         return t("spawn.signal", name=name)
+    if code == EXIT_LOST_PEER:
+        return t("spawn.lost_peer", code=code)
     return t("spawn.exit_code", code=code)
 
 
@@ -134,12 +141,32 @@ def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable
                 if all(c == EXIT_REQUEUE or c == 0 for c in codes):
                     print(t("spawn.preempted", node=node_rank, code=EXIT_REQUEUE), file=sys.stderr, flush=True)
                     return EXIT_REQUEUE
+            if code == EXIT_LOST_PEER:
+                # This rank stopped only because another one failed. If that one is ours, it is
+                # exiting too: wait a little and name it instead (found by tests/test_faults.py).
+                cause = _wait_for_cause(pending, CAUSE_WAIT_SECONDS)
+                if cause is not None:
+                    local_rank, code = cause
             others = sum(1 for c in children if c.exitcode is None)
             print(t("spawn.child_failed", rank=rank_of(local_rank), local_rank=local_rank, node=node_rank,
                     how=_describe(code), others=others), file=sys.stderr, flush=True)
             _stop(children)
             return code if code > 0 else 1
     return 0
+
+
+def _wait_for_cause(pending: dict, seconds: float) -> Optional[tuple]:
+    """(local rank, exit code) of the first child in ``pending`` to fail for a reason of its own
+    (not 0, not lost contact) within ``seconds``; None if there is none."""
+    deadline = time.monotonic() + seconds
+    while pending and time.monotonic() < deadline:
+        left = max(0.0, deadline - time.monotonic())
+        for sentinel in multiprocessing.connection.wait(list(pending), timeout=left):
+            local_rank, child = pending.pop(sentinel)
+            child.join()
+            if child.exitcode not in (0, EXIT_LOST_PEER, EXIT_REQUEUE):
+                return local_rank, child.exitcode
+    return None
 
 
 def _stop(children: Sequence[mp.Process]) -> None:

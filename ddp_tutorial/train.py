@@ -39,8 +39,8 @@ from torch.nn.parallel import DistributedDataParallel
 from . import checkpoint as ckpt
 from . import data as datasets
 from .config import TrainConfig, add_train_arguments, config_from_args
-from .distributed import (DistEnv, choose_backend, choose_device, destroy_process_group, init_process_group,
-                          resolve_environment)
+from .distributed import (EXIT_LOST_PEER, DistEnv, choose_backend, choose_device, destroy_process_group,
+                          init_process_group, resolve_environment)
 from .evaluate import evaluate
 from .i18n import TutorialError, register, t
 from .model import DeepNeuralNetwork, count_parameters
@@ -109,6 +109,7 @@ class TrainResult:
     batch_size: int
     epochs: List[float] = field(default_factory=list)             # global mean loss per epoch
     rank_losses: List[List[float]] = field(default_factory=list)  # per epoch: each rank's loss sum
+    step_losses: List[float] = field(default_factory=list)        # this rank's loss at every step it ran
     test_accuracy: Optional[float] = None
     train_seconds: float = 0.0
     samples_per_second: float = 0.0
@@ -166,7 +167,14 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
     # SIGUSR1 (SLURM's warning before the time limit) from now on means "checkpoint and stop".
     stop = StopRequest().install()
     try:
-        return _train(config, env, stop)
+        env = env or resolve_environment()
+        try:
+            return _train(config, env, stop)
+        except TutorialError as error:
+            # Say which rank failed, under any launcher (run_and_exit prints it; tests/test_faults.py).
+            if env.world_size > 1 and "rank" not in error.fields:  # (not when the text names it already)
+                error.rank = env.rank
+            raise
     finally:
         stop.uninstall()
 
@@ -203,7 +211,9 @@ def _train(config: TrainConfig, env: Optional[DistEnv], stop: StopRequest) -> Tr
     except (RuntimeError, dist.DistError) as error:
         text = str(error)
         if distributed and _looks_like_lost_peer(text):
-            raise TutorialError("train.lost_peer", rank=env.rank, detail=text.strip().splitlines()[0][:200]) from None
+            lost = TutorialError("train.lost_peer", rank=env.rank, detail=text.strip().splitlines()[0][:200])
+            lost.exit_code = EXIT_LOST_PEER  # a consequence of another rank's failure (see spawn._supervise)
+            raise lost from None
         raise
     finally:
         if own_group:
@@ -227,7 +237,9 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
     else:
         parallel_model = model
     lr = config.lr * env.world_size if config.scale_lr else config.lr
-    optimizer = torch.optim.Adam(parallel_model.parameters(), lr=lr)
+    # fused=True: one vectorised kernel updates all parameters, instead of ~10 small tensor ops
+    # per parameter — the same Adam, about 3× cheaper per step on a CPU (benchmarks/README.md).
+    optimizer = torch.optim.Adam(parallel_model.parameters(), lr=lr, fused=True)
     criterion = torch.nn.CrossEntropyLoss()
 
     sampler = make_sampler(len(train_data), env.world_size, env.rank, seed=config.seed)
@@ -252,6 +264,8 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
             optimizer.load_state_dict(state["optimizer"])
             start_epoch, start_step = state["epoch"], state["step"]
             partial = (state.get("partial_loss", 0.0), state.get("partial_steps", 0))
+            if isinstance(partial[0], list):  # stopped mid-epoch: one entry per rank (same world size,
+                partial = (partial[0][env.rank], partial[1][env.rank])  # checked by load_checkpoint)
             result.epochs = list(state.get("epochs", []))
             result.rank_losses = [list(r) for r in state.get("rank_losses", [])]
             if "rng" in state:
@@ -260,7 +274,17 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
             if env.is_main:
                 _say(config, t("ckpt.resumed", path=config.checkpoint_dir, epoch=start_epoch, step=start_step))
 
-    def save(epoch: int, step: int, partial_loss: float, partial_steps: int) -> None:
+    def gather(loss_sum: float, steps: int) -> List[List[float]]:
+        """Every rank's [loss sum, steps] (a collective; nccl moves only GPU tensors, gloo CPU ones)."""
+        comm_device = device if backend == "nccl" else torch.device("cpu")
+        totals = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=comm_device)
+        if not distributed:
+            return [totals.tolist()]
+        gathered = [torch.zeros(2, dtype=torch.float64, device=comm_device) for _ in range(env.world_size)]
+        dist.all_gather(gathered, totals)
+        return [g.tolist() for g in gathered]
+
+    def save(epoch: int, step: int, partial_loss, partial_steps) -> None:
         if env.is_main and config.checkpoint_dir:
             path = ckpt.save_checkpoint(config.checkpoint_dir, dict(
                 model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=epoch, step=step,
@@ -270,9 +294,10 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
                 rng=torch.get_rng_state()))
             _say(config, t("ckpt.saved", path=path, epoch=epoch, step=step))
 
-    # Asking all ranks "should we stop?" is a (tiny) collective; on a GPU it also forces a
-    # host sync, so there we ask every 10 steps. Every rank asks at the same steps.
-    check_every = 1 if device.type == "cpu" else 10
+    # Asking all ranks "should we stop?" is a (tiny) collective: a round trip through every rank
+    # (≈1 ms with gloo on a small VM, as much as a third of a step — benchmarks/README.md), and on
+    # a GPU also a host sync. So we ask every 10 steps; every rank asks at the same steps.
+    check_every = 10
     show_progress = env.is_main and (config.progress if config.progress is not None else sys.stderr.isatty())
 
     samples_done = 0
@@ -284,11 +309,15 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
         first = start_step if epoch == start_epoch else 0
         loss_sum, steps = partial if epoch == start_epoch else (0.0, 0)
         running = torch.zeros((), device=device)  # loss summed on the device: no graph, no per-step sync
+        step_losses = []  # this epoch's per-step losses, kept on the device until the epoch ends
         bar = _progress_bar(len(batches), first, epoch) if show_progress else None
         for step in range(first, len(batches)):
             if step % check_every == 0 and stop.agreed(distributed, device):
                 loss_sum += running.item()
-                save(epoch, step, loss_sum, steps)
+                # Each rank's loss so far in this epoch goes into the checkpoint (rank 0 writes it),
+                # so every rank resumes its own sum, not rank 0's (found by tests/test_faults.py).
+                partials = gather(loss_sum, steps)
+                save(epoch, step, [p[0] for p in partials], [int(p[1]) for p in partials])
                 if distributed:
                     dist.barrier()  # nobody exits before the checkpoint is on disk
                 _say(config, t("train.preempted", rank=env.rank, epoch=epoch, step=step, code=EXIT_REQUEUE))
@@ -301,6 +330,7 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
             loss.backward()  # DDP all-reduces (averages) the gradients here
             optimizer.step()
             running += loss.detach()
+            step_losses.append(loss.detach())
             steps += 1
             samples_done += len(labels)
             if bar is not None:
@@ -308,16 +338,11 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
         if bar is not None:
             bar.close()
         loss_sum += running.item()
+        if step_losses:
+            result.step_losses += torch.stack(step_losses).tolist()  # one device→host copy per epoch
 
         # 7. This rank's loss (the seed's line) and the mean over all ranks.
-        # (nccl moves only GPU tensors, gloo CPU ones.)
-        comm_device = device if backend == "nccl" else torch.device("cpu")
-        totals = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=comm_device)
-        if distributed:
-            gathered = [torch.zeros(2, dtype=torch.float64, device=comm_device) for _ in range(env.world_size)]
-            dist.all_gather(gathered, totals)
-        else:
-            gathered = [totals]
+        gathered = gather(loss_sum, steps)
         rank_sums = [float(g[0]) for g in gathered]
         mean_loss = sum(rank_sums) / max(1.0, sum(float(g[1]) for g in gathered))
         result.epochs.append(mean_loss)
@@ -372,7 +397,15 @@ def run_and_exit(function, *args) -> int:
         function(*args)
         return 0
     except TutorialError as error:
-        print(f"{t('error.prefix')}: {error}", file=sys.stderr, flush=True)
+        rank = getattr(error, "rank", None)  # set by train() in a run of several processes
+        where = f" (rank {rank})" if rank is not None else ""
+        print(f"{t('error.prefix')}{where}: {error}", file=sys.stderr, flush=True)
+        if error.exit_code == EXIT_LOST_PEER:
+            # The process group's threads may still hang in the broken collective; a normal
+            # interpreter exit then aborts ("terminate called …", SIGABRT) and hides our exit code.
+            # Nothing is left to save (checkpoints are already on disk): leave at once.
+            sys.stdout.flush()
+            os._exit(EXIT_LOST_PEER)
         return error.exit_code
     except Preempted:
         return EXIT_REQUEUE

@@ -4,3 +4,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests' helper modules (idx_files, slurmlab …)
 
 from data_fixtures import fashion_root, mnist_root  # noqa: E402,F401  (shared data fixtures)
+
+
+# ===== SLURM test cluster — begin (tests/slurmlab.py; owner: the SLURM part) ================
+# The session fixture `slurm_cluster`: a real two-node SLURM cluster in network namespaces,
+# started once per test session and torn down by PID at its end (marker `slurm`: pyproject.toml).
+# Elsewhere the SLURM tests skip with a message saying what is missing; with CI=true they fail.
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _slurm_cannot_run(why: str):
+    message = f"SLURM test cluster unavailable: {why}"
+    if _in_ci():
+        pytest.fail(message + " (CI=true: the SLURM tests must run here, not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A started :class:`slurmlab.SlurmLab`; use ``slurm_cluster.env`` for client commands."""
+    from slurmlab import LabError, SlurmLab
+
+    missing = SlurmLab.missing()
+    if missing:
+        _slurm_cannot_run("needs " + "; ".join(missing))
+    lab = SlurmLab()
+    try:
+        lab.start()
+    except (LabError, OSError) as error:
+        _slurm_cannot_run(f"could not start it ({str(error).strip()[:2000]})")
+    try:
+        yield lab
+    finally:
+        lab.stop()
+# ===== SLURM test cluster — end ==============================================================

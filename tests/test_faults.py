@@ -1,0 +1,600 @@
+"""Fault injection with real processes: ranks that die, preemption, torn checkpoints.
+
+On a shared cluster the expensive failures are a job that hangs until its time limit
+because one rank died, work lost at the time limit, and a checkpoint that is half
+written when the job is killed. These tests cause those faults for real — no mocks:
+
+* a rank is SIGKILLed in the middle of an epoch, or raises, under every launcher
+  (``ddp-tutorial train``, ``python -m ddp_tutorial.spawn`` as 2 nodes × 2 processes,
+  ``torchrun``); every other process must be gone within 60 s, the failed rank must be
+  named, the command must exit non-zero, and no process of the job may be left behind;
+* SIGUSR1 (what ``#SBATCH --signal=B:USR1@90`` sends) stops training at a step boundary
+  with a checkpoint and exit code 75, and the resumed run ends with the same weights as a
+  run that was never interrupted;
+* a checkpoint writer SIGKILLed at random moments always leaves a loadable checkpoint;
+  damaged or mismatched checkpoints are refused with a clear message and exit code 2.
+
+How a rank is made to fail at a chosen moment: the test watches the job's output, finds
+the rank's real PID among the launcher's children (``/proc``), and sends it a signal; a
+rank is made to *raise* by deleting the checkpoint directory under it, so that rank 0's
+next ``save_checkpoint`` fails (the real "scratch space purged / quota" fault).
+
+Each job is started in its own session; every PID that ever belonged to its process tree
+is recorded (with its start time, against PID reuse), so "no orphan left" is checked by
+PID, not by name. The ipyparallel launcher is covered in ``tests/test_ipp.py``; SLURM's
+requeue and four jobs on one node in ``tests/test_slurm.py`` (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import pytest
+import torch
+
+from idx_files import write_mnist_like
+
+BIN = Path(sys.executable).parent
+# The installed commands (the same code as `python -m ddp_tutorial` and `python -m torch.distributed.run`).
+DDP_TUTORIAL = [str(BIN / "ddp-tutorial")] if (BIN / "ddp-tutorial").exists() else [sys.executable, "-m",
+                                                                                    "ddp_tutorial"]
+TORCHRUN = [str(BIN / "torchrun")] if (BIN / "torchrun").exists() else [sys.executable, "-m",
+                                                                        "torch.distributed.run"]
+SPAWN = [sys.executable, "-m", "ddp_tutorial.spawn"]
+
+EXIT_REQUEUE = 75       # ddp_tutorial.preemption.EXIT_REQUEUE (checked below)
+STOP_WITHIN = 60.0      # seconds: every other process must be gone this soon after the fault
+START_TIMEOUT = 240.0   # seconds to reach training on a loaded 2-core machine (starting torch is slow)
+
+# Variables of a launcher that must not leak from the test's own environment into a job.
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                       "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def job_env(**extra: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _LAUNCHER_VARIABLES and not k.startswith(("SLURM_", "DDP_TUTORIAL_"))}
+    env.update(DDP_TUTORIAL_LANG="en", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------
+# /proc: process trees, by PID
+
+
+def _stat(pid: int) -> Optional[tuple]:
+    """(ppid, session id, state, start time) of a live PID, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return int(fields[1]), int(fields[3]), fields[0], int(fields[19])
+
+
+def _all_processes() -> Dict[int, tuple]:
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _stat(int(entry))
+            if info:
+                table[int(entry)] = info
+    return table
+
+
+def _alive(pid: int, start: int) -> bool:
+    """The same process (PID and start time) still exists and has not exited (zombie = exited)."""
+    info = _stat(pid)
+    return info is not None and info[3] == start and info[2] not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> Dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+class Job:
+    """A command started in its own session; its output and its whole process tree are watched."""
+
+    def __init__(self, argv: List[str], env: Dict[str, str], cwd: Path, name: str = "job"):
+        self.name = name
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, cwd=cwd, start_new_session=True)
+        self.lines: List[str] = []
+        self.seen: Dict[int, int] = {}  # every PID of the tree ever observed → its start time
+        self.ended: Optional[float] = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def _watch(self) -> None:
+        while self.proc.poll() is None:
+            self._record()
+            time.sleep(0.05)
+
+    def _record(self) -> None:
+        table = _all_processes()
+        children: Dict[int, List[int]] = {}
+        for pid, (ppid, sid, _state, start) in table.items():
+            children.setdefault(ppid, []).append(pid)
+            if sid == self.proc.pid:   # the session: also finds processes whose parent has died
+                self.seen.setdefault(pid, start)
+        todo = [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                self.seen.setdefault(pid, table[pid][3])
+                todo.extend(children.get(pid, []))
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = START_TIMEOUT) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.output)
+            if match:
+                return match
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        pytest.fail(f"{self.name}: {pattern!r} did not appear (exit code {self.proc.poll()}):\n{self.output}")
+
+    def children(self, marker: str) -> List[int]:
+        """Direct children whose command line holds ``marker``, in the order they were started."""
+        table = _all_processes()
+        found = [(info[3], pid) for pid, info in table.items()
+                 if info[0] == self.proc.pid and marker in _cmdline(pid)]
+        return [pid for _start, pid in sorted(found)]
+
+    def wait(self, until: float) -> Optional[int]:
+        """Exit code, or None if still running at the monotonic time ``until``."""
+        try:
+            code = self.proc.wait(timeout=max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+        self.ended = time.monotonic()
+        self._reader.join(timeout=10)
+        return code
+
+    def survivors(self) -> List[str]:
+        if self.proc.poll() is None:
+            self._record()
+        return [f"{pid} {_cmdline(pid)[:120]}" for pid, start in self.seen.items() if _alive(pid, start)]
+
+    def kill(self) -> None:
+        """Test clean-up: SIGKILL what is left of this job, PID by PID."""
+        for pid, start in list(self.seen.items()) + [(self.proc.pid, None)]:
+            if start is None or _alive(pid, start):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def jobs():
+    """Start jobs through this list; whatever a failed test leaves running is killed at the end."""
+    started: List[Job] = []
+    yield started
+    for job in started:
+        job.kill()
+
+
+def start(jobs: List[Job], argv: List[str], cwd: Path, name: str = "job", **env: str) -> Job:
+    job = Job(argv, job_env(**env), cwd, name)
+    jobs.append(job)
+    return job
+
+
+def wait_all_gone(jobs_: List[Job], fault_time: float) -> List[int]:
+    """Every job exits within STOP_WITHIN s of the fault and leaves no process behind; their exit codes."""
+    deadline = fault_time + STOP_WITHIN
+    codes = [job.wait(deadline) for job in jobs_]
+    for job, code in zip(jobs_, codes):
+        assert code is not None, f"{job.name} still running {STOP_WITHIN:.0f} s after the fault:\n{job.output}"
+    time.sleep(0.5)  # a process killed a moment ago may still be exiting
+    for job in jobs_:
+        assert not job.survivors(), f"{job.name} left processes behind: {job.survivors()}\n{job.output}"
+    return codes
+
+
+# --------------------------------------------------------------------------------------
+# Data and the training command
+
+
+@pytest.fixture(scope="module")
+def slow_root(tmp_path_factory) -> Path:
+    """16 384 MNIST-like training images: with batch 32 an epoch is 256 steps per rank at world 2
+    (≈2–4 s here), long enough to hit the middle of an epoch on purpose."""
+    return write_mnist_like(tmp_path_factory.mktemp("faults-data"), n_train=16384, n_test=512)
+
+
+def train_args(root: Path, epochs: int, *extra: str) -> List[str]:
+    return ["--dataset", "mnist", "--root", str(root), "--epochs", str(epochs), "--batch-size", "32",
+            "--threads", "1", "--seed", "0", "--no-progress", "--no-eval", *extra]
+
+
+def _spawn_rank_pid(job: Job, local_rank: int) -> int:
+    ranks = job.children("spawn_main")  # multiprocessing's spawned children, started in local-rank order
+    assert len(ranks) >= local_rank + 1, f"children of {job.name}: {ranks}"
+    return ranks[local_rank]
+
+
+def _torchrun_rank_pid(job: Job, rank: int) -> int:
+    for pid in job.children("ddp_tutorial.train"):
+        if _environ(pid).get("RANK") == str(rank):
+            return pid
+    pytest.fail(f"no worker with RANK={rank} under torchrun:\n{job.output}")
+
+
+class Launcher:
+    """How to start a 2-process (or 2 × 2) job, where rank R runs, what names the failed rank."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def start(self, jobs_: List[Job], args: List[str], cwd: Path) -> List[Job]:
+        if self.name == "train":
+            return [start(jobs_, DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *args], cwd, "ddp-tutorial train")]
+        if self.name == "spawn-2x2":
+            port = str(free_port())
+            return [start(jobs_, SPAWN + ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2", *args],
+                          cwd, f"spawn node {node}", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+                    for node in (0, 1)]
+        if self.name == "torchrun":
+            return [start(jobs_, TORCHRUN + ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                                             str(free_port()), "-m", "ddp_tutorial.train", *args], cwd, "torchrun")]
+        raise ValueError(self.name)
+
+    def job_of(self, jobs_: List[Job], rank: int) -> Job:
+        return jobs_[rank // 2] if self.name == "spawn-2x2" else jobs_[0]
+
+    def pid_of(self, jobs_: List[Job], rank: int) -> int:
+        job = self.job_of(jobs_, rank)
+        if self.name == "torchrun":
+            return _torchrun_rank_pid(job, rank)
+        return _spawn_rank_pid(job, rank % 2)
+
+    def failure_pattern(self, rank: int, how: str) -> str:
+        """The launcher's own line naming the failed rank (``how``: a regex for the cause)."""
+        if self.name == "torchrun":  # torch.distributed.elastic's error summary
+            local = rank % 2 if isinstance(rank, int) else r"\d"
+            return rf"rank\s*:\s*{rank} \(local_rank: {local}\)\s*\n\s*exitcode\s*:\s*{how}"
+        return rf"rank {rank} \(local rank {rank % 2} on node {rank // 2}\) {how}"
+
+
+LAUNCHERS = ["train", "spawn-2x2", "torchrun"]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_sigkilled_rank_stops_the_whole_job(launcher, slow_root, jobs, tmp_path):
+    """SIGKILL one rank in the middle of an epoch: the others notice and everything stops."""
+    launch = Launcher(launcher)
+    victim = 3 if launcher == "spawn-2x2" else 1  # not rank 0: the survivors include the rendezvous host
+    started = launch.start(jobs, train_args(slow_root, 50), tmp_path)
+    victim_job = launch.job_of(started, victim)
+    victim_job.wait_for(r"loss at rank \d+ is")   # epoch 0 is over: we are in the middle of training
+    time.sleep(0.5)                                # … and in the middle of epoch 1
+    pid = launch.pid_of(started, victim)
+    os.kill(pid, signal.SIGKILL)
+    fault = time.monotonic()
+
+    codes = wait_all_gone(started, fault)
+    assert all(code != 0 for code in codes), codes
+    how = r"-9" if launcher == "torchrun" else r"was killed by signal SIGKILL"
+    assert re.search(launch.failure_pattern(victim, how), victim_job.output), victim_job.output
+    if launcher == "spawn-2x2":  # the other node learns it through the process group, and says so
+        assert "lost contact with the other processes" in started[0].output, started[0].output
+    print(f"{launcher}: all processes gone {max(j.ended for j in started) - fault:.1f} s after SIGKILL; "
+          f"exit codes {codes}")
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_rank_that_raises_stops_the_whole_job(launcher, slow_root, jobs, tmp_path):
+    """Rank 0 raises mid-training (its checkpoint directory was deleted): the job stops, rank 0 is named."""
+    launch = Launcher(launcher)
+    checkpoints = tmp_path / "checkpoints"
+    started = launch.start(jobs, train_args(slow_root, 50, "--checkpoint-dir", str(checkpoints)), tmp_path)
+    started[0].wait_for(r"checkpoint saved: .*\(epoch 1, step 0\)")
+    shutil.rmtree(checkpoints)  # rank 0's next save (end of epoch 1) raises
+    fault = time.monotonic()
+
+    codes = wait_all_gone(started, fault)
+    assert all(code != 0 for code in codes), codes
+    output = started[0].output
+    assert "error (rank 0): Cannot write checkpoints to" in output, output   # the rank's own line
+    if launcher == "torchrun":  # torchrun names the first rank it saw exit: the cause or a victim
+        assert re.search(launch.failure_pattern(r"[01]", r"[1-9]"), output), output
+    else:  # ours waits for the cause after a victim's "lost contact" exit (code 3), and names it
+        assert re.search(launch.failure_pattern(0, "exited with code 2"), output), output
+    print(f"{launcher}: all processes gone {max(j.ended for j in started) - fault:.1f} s after the fault; "
+          f"exit codes {codes}")
+
+
+
+def test_a_frozen_rank_ends_the_job_after_the_timeout(slow_root, jobs, tmp_path):
+    """A rank that stops answering (SIGSTOP: a hung GPU, a swapped-out node) does not hang the job:
+    the others give up after --timeout seconds, and the launcher kills the frozen one."""
+    timeout = 10
+    job = start(jobs, DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *train_args(slow_root, 50),
+                                      "--timeout", str(timeout)], tmp_path, "ddp-tutorial train")
+    job.wait_for(r"loss at rank 1 is")
+    time.sleep(0.5)
+    frozen = _spawn_rank_pid(job, 1)
+    os.kill(frozen, signal.SIGSTOP)
+    fault = time.monotonic()
+
+    [code] = wait_all_gone([job], fault)
+    took = job.ended - fault
+    assert code != 0
+    assert took >= timeout - 1, f"stopped after {took:.1f} s, before the {timeout} s timeout?\n{job.output}"
+    assert "rank 0: lost contact with the other processes" in job.output, job.output
+    assert re.search(r"rank 0 \(local rank 0 on node 0\) stopped because it lost contact with the other "
+                     r"processes \(exit code 3\)", job.output), job.output
+    print(f"frozen rank: all processes gone {took:.1f} s after SIGSTOP (timeout {timeout} s)")
+
+
+def test_a_killed_node_parent_takes_its_ranks_along(slow_root, jobs, tmp_path):
+    """SIGKILL the per-node parent of node 1 (OOM killer, scancel of one task): its training processes
+    die with it (PR_SET_PDEATHSIG), node 0 notices through the process group, nothing is left."""
+    started = Launcher("spawn-2x2").start(jobs, train_args(slow_root, 50), tmp_path)
+    started[1].wait_for(r"loss at rank 3 is")
+    time.sleep(0.5)
+    orphans_to_be = started[1].children("spawn_main")
+    assert len(orphans_to_be) == 2
+    os.kill(started[1].proc.pid, signal.SIGKILL)
+    fault = time.monotonic()
+
+    codes = wait_all_gone(started, fault)
+    assert codes[1] == -signal.SIGKILL and codes[0] != 0, codes
+    assert "lost contact with the other processes" in started[0].output, started[0].output
+    print(f"node parent killed: all processes gone {max(j.ended for j in started) - fault:.1f} s later")
+
+
+# --------------------------------------------------------------------------------------
+# Preemption: SIGUSR1 → checkpoint at a step boundary → exit 75 → resume → same weights
+
+PREEMPT_EPOCHS = 3   # interrupted in epoch 1, so the resumed run also crosses an epoch boundary
+
+
+def test_exit_code_constant():
+    from ddp_tutorial.preemption import EXIT_REQUEUE as product_code
+    assert product_code == EXIT_REQUEUE == 75
+
+
+def _run(argv: List[str], cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=cwd, env=job_env(**env), capture_output=True, text=True, timeout=timeout)
+    return result
+
+
+def _model_state(directory: Path) -> Dict[str, torch.Tensor]:
+    return torch.load(directory / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def baseline(slow_root, tmp_path_factory) -> dict:
+    """A run that is never interrupted: world 2, seed 0, a checkpoint after every epoch."""
+    folder = tmp_path_factory.mktemp("baseline")
+    result = _run(DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *train_args(slow_root, PREEMPT_EPOCHS),
+                                  "--checkpoint-dir", str(folder / "ckpt"), "--json", str(folder / "result.json")],
+                  folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return dict(result=json.loads((folder / "result.json").read_text()), model=_model_state(folder / "ckpt"))
+
+
+def _preempt(jobs_: List[Job], launcher: str, root: Path, folder: Path) -> dict:
+    """Start a run, send SIGUSR1 in the middle of epoch 1, check that it stops for a requeue."""
+    args = train_args(root, PREEMPT_EPOCHS, "--checkpoint-dir", str(folder / "ckpt"), "--json",
+                      str(folder / "result.json"))
+    if launcher == "train":
+        started = [start(jobs_, DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *args], folder, "ddp-tutorial train")]
+    else:  # two "nodes" of one process each: the stop request must cross nodes
+        port = str(free_port())
+        started = [start(jobs_, SPAWN + ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", *args],
+                         folder, f"spawn node {node}", MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for node in (0, 1)]
+    started[0].wait_for(r"loss at rank 0 is .*\(epoch 0,")
+    time.sleep(0.7)  # into epoch 1 (≈2–4 s long here)
+    if launcher == "train":
+        target = _spawn_rank_pid(started[0], 1)   # a rank: SIGUSR1 on any rank stops them all
+    else:
+        target = started[0].proc.pid              # node 0's parent, which forwards it to its rank
+    os.kill(target, signal.SIGUSR1)
+    codes = wait_all_gone(started, time.monotonic())
+    output = "".join(job.output for job in started)
+    assert codes == [EXIT_REQUEUE] * len(started), f"{codes}\n{output}"
+    assert len(re.findall(r"stop requested \(SIGUSR1\)", output)) == 2, output
+    state = torch.load(folder / "ckpt" / "checkpoint.pt", map_location="cpu", weights_only=True)
+    steps_per_epoch = 16384 // 2 // 32
+    assert state["epoch"] == 1 and 0 < state["step"] < steps_per_epoch, (state["epoch"], state["step"], output)
+    return dict(folder=folder, epoch=state["epoch"], step=state["step"], output=output)
+
+
+@pytest.fixture(scope="module")
+def preempted_train(slow_root, tmp_path_factory):
+    """`ddp-tutorial train` at world 2, stopped by SIGUSR1 mid-epoch; a copy of its checkpoint is kept."""
+    started: List[Job] = []
+    try:
+        run = _preempt(started, "train", slow_root, tmp_path_factory.mktemp("preempted-train"))
+    finally:
+        for job in started:
+            job.kill()
+    run["copy"] = run["folder"] / "mid-epoch-checkpoint.pt"
+    shutil.copyfile(run["folder"] / "ckpt" / "checkpoint.pt", run["copy"])
+    return run
+
+
+def _resume_and_compare(launcher: str, run: dict, root: Path, baseline: dict) -> None:
+    folder = run["folder"]
+    args = train_args(root, PREEMPT_EPOCHS, "--checkpoint-dir", str(folder / "ckpt"), "--json",
+                      str(folder / "result.json"), "--resume")
+    if launcher == "train":
+        results = [_run(DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *args], folder)]
+    else:
+        port = str(free_port())
+        nodes = [subprocess.Popen(SPAWN + ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", *args],
+                                  cwd=folder, env=job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+        results = [subprocess.CompletedProcess(p.args, p.wait(timeout=600), p.stdout.read(), "") for p in nodes]
+    for result in results:
+        assert result.returncode == 0, result.stdout + result.stderr
+    resumed = json.loads((folder / "result.json").read_text())
+    assert resumed["resumed_from"] == {"epoch": run["epoch"], "step": run["step"]}
+
+    # The same weights as the run that was never interrupted (≤ 1e-6), and the same losses.
+    model = _model_state(folder / "ckpt")
+    worst = max(float((model[name] - baseline["model"][name]).abs().max()) for name in model)
+    assert worst <= 1e-6, f"largest weight difference {worst:g}"
+    assert resumed["epochs"] == pytest.approx(baseline["result"]["epochs"], rel=1e-4)
+    identical = resumed["weights_sha256"] == baseline["result"]["weights_sha256"]
+    print(f"{launcher}: stopped at epoch {run['epoch']} step {run['step']}; resumed weights differ by "
+          f"{worst:g} at most (bit-identical: {identical})")
+
+
+def test_preempted_train_resumes_to_the_same_weights(preempted_train, slow_root, baseline):
+    _resume_and_compare("train", preempted_train, slow_root, baseline)
+
+
+def test_preempted_spawn_nodes_resume_to_the_same_weights(slow_root, baseline, jobs, tmp_path):
+    run = _preempt(jobs, "spawn", slow_root, tmp_path)
+    assert "all processes of node 0 stopped for requeue (exit code 75)" in run["output"]
+    assert "all processes of node 1 stopped for requeue (exit code 75)" in run["output"]
+    _resume_and_compare("spawn", run, slow_root, baseline)
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints: never torn; damaged or mismatched ones are refused clearly
+
+
+def test_checkpoint_survives_sigkill_at_any_moment(tmp_path):
+    """A writer process saves checkpoints in a loop and is SIGKILLed at random moments, 30 times.
+    After every kill the checkpoint loads and is the last one finished or the one being written."""
+    from ddp_tutorial.checkpoint import load_checkpoint, save_checkpoint
+
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    size = 2_000_000  # 8 MB of weights: a write takes long enough to be interrupted half-way
+    expect = dict(shape=[1], world_size=1, batch_size=1)
+
+    def state(i: int) -> dict:
+        weights = torch.from_numpy(np.full(size, float(i), dtype=np.float32))
+        return dict(model={"w": weights}, optimizer={}, epoch=i, step=0, shape=[1], world_size=1, batch_size=1)
+
+    save_checkpoint(directory, state(0))
+    latest, torn_writes, rng = 0, 0, random.Random(0)
+    for _ in range(30):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the writer: a real process, killed for real, never returns to pytest
+            try:
+                os.close(read)
+                torch.set_num_threads(1)
+                i = latest + 1
+                while True:
+                    save_checkpoint(directory, state(i))
+                    os.write(write, i.to_bytes(8, "little"))  # "checkpoint i is complete"
+                    i += 1
+            finally:
+                os._exit(1)
+        os.close(write)
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as pipe:
+            reported = pipe.read()
+        finished = int.from_bytes(reported[-8:], "little") if reported else latest
+        torn_writes += any(directory.glob(".checkpoint-*.tmp"))
+        for leftover in directory.glob(".checkpoint-*.tmp"):
+            leftover.unlink()
+
+        loaded = load_checkpoint(directory, expect)
+        assert loaded is not None
+        # Either the last checkpoint the writer finished, or the one it had just renamed into place.
+        assert loaded["epoch"] in (finished, finished + 1), (loaded["epoch"], finished)
+        assert torch.equal(loaded["model"]["w"], state(loaded["epoch"])["model"]["w"])
+        latest = loaded["epoch"]
+    assert torn_writes >= 5, f"only {torn_writes} of 30 kills hit a write in progress: the test proves little"
+    print(f"30 SIGKILLs of the writer, {torn_writes} in the middle of a write; latest checkpoint {latest}")
+
+
+def _damaged(folder: Path, source: Path, how: str) -> Path:
+    target = folder / how / "checkpoint.pt"
+    target.parent.mkdir(parents=True)
+    data = source.read_bytes()
+    if how == "truncated":
+        target.write_bytes(data[: len(data) // 2])
+    elif how == "random-bytes":
+        target.write_bytes(np.random.default_rng(0).integers(0, 256, len(data), dtype=np.uint8).tobytes())
+    else:
+        target.write_bytes(data)
+    return target.parent
+
+
+# Each case: how the copy of the mid-epoch world-2 checkpoint is broken, extra options, the message.
+DAMAGED = {
+    "truncated": ([], r"Checkpoint .* cannot be read \("),
+    "random-bytes": ([], r"Checkpoint .* cannot be read \("),
+    "other-model-size": (["--hidden", "64"], r"does not fit this run: it has model shape=\[4, 784, 128, 10\], "
+                                             r"this run has model shape=\[4, 784, 64, 10\]"),
+    "other-world-size": ([], r"does not fit this run: it has world_size=2, this run has world_size=1"),
+}
+
+
+def test_a_damaged_or_mismatched_checkpoint_is_refused(preempted_train, slow_root, tmp_path):
+    """Resume (one process) from broken copies of the mid-epoch world-2 checkpoint: each ends with
+    exit code 2 and one clear line, no traceback. The four runs go in parallel (they are independent)."""
+    runs = {}
+    for how, (extra, _message) in DAMAGED.items():
+        directory = _damaged(tmp_path, preempted_train["copy"], how)
+        argv = DDP_TUTORIAL + ["train", "--nproc-per-node", "1",
+                               *train_args(slow_root, PREEMPT_EPOCHS, "--checkpoint-dir", str(directory), "--resume",
+                                           *extra)]
+        runs[how] = subprocess.Popen(argv, cwd=tmp_path, env=job_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+    for how, process in runs.items():
+        try:
+            out, err = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"{how}: no answer within 300 s")
+        assert process.returncode == 2, f"{how}: exit code {process.returncode}\n{out}{err}"
+        assert re.search(DAMAGED[how][1], err), f"{how}: {err}"
+        assert "Traceback" not in err, f"{how}: {err}"

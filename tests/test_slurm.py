@@ -1,0 +1,542 @@
+"""SLURM: templates, rendering, validation — and real jobs on the two-node test cluster.
+
+Tests without a mark need no cluster. Tests marked ``slurm`` use the session fixture
+``slurm_cluster`` (tests/slurmlab.py): munged, slurmctld and two slurmd "nodes" n1, n2 in
+their own network namespaces, with fake GPUs. Jobs run this interpreter (``sys.executable``)
+from the repository, so they see the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from ddp_tutorial import slurm
+from ddp_tutorial.i18n import TutorialError
+
+REPO = Path(__file__).resolve().parent.parent
+BASH = "/bin/bash"
+
+# The training every cluster job runs: 3000 learnable images, 8 short epochs (≈0.3 s each on
+# 2 cores). The requeue test interrupts after the first epoch, which leaves it a window of
+# about two seconds; the same jobs serve as its uninterrupted reference.
+TRAIN = dict(dataset="mnist", epochs=8, batch_size=64, seed=0)
+N_TRAIN, N_TEST = 3000, 1000
+
+
+def bash_n(text: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    script = tmp_path / f"check-{abs(hash(text))}.sh"
+    script.write_text(text)
+    return subprocess.run([BASH, "-n", str(script)], capture_output=True, text=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering and validation (no cluster)
+
+TRUBA = {  # profile: (GPUs per node, cores per GPU)
+    "barbun-cuda": (2, 20),
+    "akya-cuda": (4, 10),
+    "palamut-cuda": (8, 16),
+    "kolyoz-cuda": (4, 16),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(TRUBA))
+def test_profile_fills_in_gpus_and_cores(profile, tmp_path):
+    gpus, cores = TRUBA[profile]
+    seed = slurm.render(slurm.JobSpec.from_profile(profile, nodes=2))
+    assert f"#SBATCH --partition={profile} " in seed
+    assert "#SBATCH --nodes=2 " in seed
+    assert "#SBATCH --ntasks-per-node=1 " in seed
+    assert f"#SBATCH --gres=gpu:{gpus} " in seed
+    assert f"#SBATCH --cpus-per-task={gpus * cores} " in seed  # one launcher per node gets all cores
+    assert f"NPROC_PER_NODE={gpus} " in seed
+    assert "--device cuda" in seed and f"--threads {cores}" in seed
+
+    per_gpu = slurm.render(slurm.JobSpec.from_profile(profile, nodes=2, template="per-gpu"))
+    assert f"#SBATCH --ntasks-per-node={gpus} " in per_gpu
+    assert f"#SBATCH --cpus-per-task={cores} " in per_gpu  # one task per GPU gets that GPU's cores
+    for text in (seed, per_gpu):
+        assert bash_n(text, tmp_path).returncode == 0
+
+
+def test_cli_render_with_profile(tmp_path, capsys):
+    from ddp_tutorial.cli import main
+
+    out = tmp_path / "job.sh"
+    code = main(["slurm", "render", "--profile", "palamut-cuda", "--nodes", "2", "--account", "myaccount",
+                 "--module", "centos7.9/lib/cuda/12.1", "--conda", "/truba/home/me/miniconda3",
+                 "--conda-env", "torch", "--preempt-signal", "120", "--requeue", "--time", "1-00:00:00",
+                 "-o", str(out), "--", "--scale-lr"])
+    assert code == 0
+    text = out.read_text()
+    assert os.access(out, os.X_OK)
+    for line in ("#SBATCH --account=myaccount", "#SBATCH --partition=palamut-cuda", "#SBATCH --gres=gpu:8",
+                 "#SBATCH --cpus-per-task=128", "#SBATCH --time=1-00:00:00", "#SBATCH --signal=B:USR1@120",
+                 "#SBATCH --requeue", "#SBATCH --open-mode=append", "module purge",
+                 "module load centos7.9/lib/cuda/12.1", "conda activate torch", "--scale-lr", "REQUEUE=1"):
+        assert line in text, line
+    assert bash_n(text, tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+@pytest.mark.parametrize("form", ["cpu", "gpu", "preemptible"])
+def test_every_template_renders_to_valid_bash(template, form, tmp_path):
+    spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=2)
+    if form == "gpu":
+        spec = slurm.JobSpec(template=template, nodes=2, gpus_per_node=3, cpus_per_process=4)
+    if form == "preemptible":
+        spec.signal_seconds, spec.requeue, spec.venv = 90, True, "/opt/venv"
+    text = slurm.render(spec)
+    assert "{{" not in text and "}}" not in text
+    assert text.startswith("#!/bin/bash\n")
+    check = bash_n(text, tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert ("--gres=gpu:3" in text) == (form == "gpu")
+    # Every #SBATCH line comes before the first command (sbatch stops reading at it).
+    lines = text.splitlines()
+    first_command = next(i for i, l in enumerate(lines) if l.strip() and not l.startswith("#"))
+    assert all(i < first_command for i, l in enumerate(lines) if l.startswith("#SBATCH"))
+    assert not any(l.startswith("#SBACTH") for l in lines)  # the seed's typo
+
+
+# Values that would run a command if pasted into a script unquoted. {canary} is an absolute path.
+NASTY = [
+    "x; touch {canary}",
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "x' ; touch {canary} ; echo '",
+    'x" ; touch {canary} ; echo "',
+    "x\ntouch {canary}",
+    "x && touch {canary}",
+    "x | tee {canary}",
+    "x > {canary}",
+    "${{IFS}}$(touch${{IFS}}{canary})",
+]
+
+
+def _stub_bin(work: Path) -> Path:
+    """Stand-ins for srun/scontrol/module/conda that record their arguments and do nothing else."""
+    stubs = work / "stubs"
+    stubs.mkdir()
+    record = work / "argv"
+    programs = {
+        "srun": f'for a in "$@"; do printf "%s\\0" "$a"; done >> {record}\n',
+        "scontrol": 'if [ "$1 $2" = "show hostnames" ]; then echo n1; echo n2; fi\n',
+        "module": "true\n",
+        "conda": "true\n",
+    }
+    for name, body in programs.items():
+        path = stubs / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return stubs
+
+
+def _run_with_stubs(text: str, tmp_path: Path) -> list:
+    """Execute the rendered script with stub SLURM commands; return the arguments srun got."""
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    stubs = _stub_bin(work)
+    script = work / "job.sh"
+    script.write_text(text)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "123", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_NNODES": "2", "SLURM_CPUS_PER_TASK": "2", "HOME": str(work)}
+    subprocess.run([BASH, str(script)], env=env, cwd=work, capture_output=True, text=True, timeout=30)
+    record = work / "argv"
+    return record.read_bytes().decode().split("\0")[:-1] if record.exists() else []
+
+
+# Fields written into shell commands: shell-quoted, so any text without control characters is kept.
+QUOTED = {
+    "root": lambda v: dict(root=v),
+    "python": lambda v: dict(python=v),
+    "venv": lambda v: dict(venv=v),
+    "conda": lambda v: dict(conda=v, conda_env=v),
+    "env value": lambda v: dict(env=(("DDP_NOTE", v),)),
+    "train_args": lambda v: dict(train_args=("--note", v)),
+}
+# Fields written on #SBATCH lines (read by sbatch without a shell) or as module names: strict.
+STRICT = {
+    "job_name": lambda v: dict(job_name=v),
+    "account": lambda v: dict(account=v),
+    "partition": lambda v: dict(partition=v),
+    "qos": lambda v: dict(qos=v),
+    "time": lambda v: dict(time=v),
+    "run_dir": lambda v: dict(run_dir=v),
+    "workdir": lambda v: dict(workdir=v),
+    "modules": lambda v: dict(modules=(v,)),
+}
+
+
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+@pytest.mark.parametrize("field", sorted(QUOTED))
+def test_metacharacters_are_quoted_or_rejected_never_executed(template, field, tmp_path):
+    canary = tmp_path / "canary"
+    for raw in NASTY:
+        value = raw.format(canary=canary)
+        spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=2, run_dir=str(tmp_path / "runs"),
+                             **QUOTED[field](value))
+        try:
+            text = slurm.render(spec)
+        except TutorialError as error:
+            assert "\n" in value or "\r" in value, f"{field}={value!r} was refused: {error}"
+            assert error.key == "slurm.bad_value"
+            continue
+        check = bash_n(text, tmp_path)
+        assert check.returncode == 0, (value, check.stderr)
+        argv = _run_with_stubs(text, tmp_path)
+        assert not canary.exists(), f"{field}={value!r} ran a command"
+        assert argv, "the stub srun was not called"
+        if field == "root":
+            assert argv[argv.index("--root") + 1] == value  # arrives exactly as given
+        if field == "train_args":
+            assert argv[argv.index("--note") + 1] == value
+        if field == "python":
+            assert value in argv
+
+
+@pytest.mark.parametrize("field", sorted(STRICT))
+def test_sbatch_line_values_with_metacharacters_are_rejected(field, tmp_path):
+    canary = tmp_path / "canary"
+    for raw in NASTY + ["with space", "a'b", 'a"b', "a\\b", "a#b"]:
+        value = raw.format(canary=canary)
+        with pytest.raises(TutorialError) as caught:
+            slurm.render(slurm.JobSpec(**STRICT[field](value)))
+        assert caught.value.key == "slurm.bad_value"
+        name = "module" if field == "modules" else field
+        for lang in ("en", "tr"):
+            assert name in caught.value.text(lang)
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(nodes=0), "slurm.bad_value"),
+    (dict(nodes=-1), "slurm.bad_value"),
+    (dict(nodes="2"), "slurm.bad_value"),
+    (dict(nodes=True), "slurm.bad_value"),
+    (dict(gpus_per_node=-1), "slurm.bad_value"),
+    (dict(nproc_per_node=0), "slurm.bad_value"),
+    (dict(cpus_per_process=0), "slurm.bad_value"),
+    (dict(gpus_per_node=4, nproc_per_node=2), "slurm.gpu_cpu_conflict"),
+    (dict(time="2 hours"), "slurm.bad_value"),
+    (dict(time="25:00:00:00"), "slurm.bad_value"),
+    (dict(epochs=-1), "slurm.bad_value"),
+    (dict(batch_size=0), "slurm.bad_value"),
+    (dict(lr=0.0), "slurm.bad_value"),
+    (dict(lr=float("nan")), "slurm.bad_value"),
+    (dict(dataset="cifar10"), "slurm.bad_value"),
+    (dict(signal_seconds=0), "slurm.bad_value"),
+    (dict(conda="/opt/conda"), "slurm.conda_needs_env"),
+    (dict(env=(("1BAD", "x"),)), "slurm.bad_value"),
+    (dict(env=(("A;B", "x"),)), "slurm.bad_value"),
+    (dict(template="mpi"), "slurm.unknown_template"),
+])
+def test_bad_values_give_bilingual_errors(changes, key):
+    with pytest.raises(TutorialError) as caught:
+        slurm.render(slurm.JobSpec(**changes))
+    assert caught.value.key == key
+    english, turkish = caught.value.text("en"), caught.value.text("tr")
+    assert english and turkish and english != turkish
+
+
+def test_unknown_profile():
+    with pytest.raises(TutorialError) as caught:
+        slurm.JobSpec.from_profile("truba-gpu")
+    assert caught.value.key == "slurm.unknown_profile"
+    assert "palamut-cuda" in str(caught.value)
+
+
+def test_time_formats_sbatch_accepts():
+    for value in ("30", "30:00", "02:00:00", "1-00", "1-12:00", "3-00:00:00"):
+        slurm.render(slurm.JobSpec(time=value))
+
+
+def test_job_ids_are_checked():
+    assert slurm.job_id_of(" 42\n") == "42"
+    for bad in ("42; scancel -u root", "$(id)", "", "12_3", "-1"):
+        with pytest.raises(TutorialError) as caught:
+            slurm.job_id_of(bad)
+        assert caught.value.key == "slurm.bad_job_id"
+
+
+def test_missing_slurm_is_a_clear_error(tmp_path):
+    script = slurm.write_script(slurm.render(slurm.JobSpec(run_dir=str(tmp_path / "runs"))), tmp_path / "job.sh")
+    empty = {"PATH": str(tmp_path / "no-such-bin")}
+    for call in (lambda: slurm.submit(script, env=empty), lambda: slurm.job_info("1", env=empty),
+                 lambda: slurm.cancel("1", env=empty), lambda: slurm.wait("1", env=empty)):
+        with pytest.raises(TutorialError) as caught:
+            call()
+        assert caught.value.key == "slurm.missing"
+        assert "SLURM" in caught.value.text("en") and "SLURM" in caught.value.text("tr")
+
+
+def test_submit_without_script(tmp_path):
+    with pytest.raises(TutorialError) as caught:
+        slurm.submit(tmp_path / "nope.sh")
+    assert caught.value.key == "slurm.no_script"
+
+
+def test_parse_scontrol():
+    line = ("JobId=7 JobName=ddp tutorial UserId=root(0) JobState=COMPLETED Reason=None Dependency=(null) "
+            "Requeue=1 Restarts=1 ExitCode=0:0 NodeList=n[1-2] StdOut=/tmp/runs/slurm-7.out WorkDir=/work/main")
+    fields = slurm.parse_scontrol(line)
+    assert fields["JobName"] == "ddp tutorial"
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1"
+    assert fields["StdOut"] == "/tmp/runs/slurm-7.out" and fields["NodeList"] == "n[1-2]"
+
+
+def test_messages_are_bilingual():
+    from ddp_tutorial.i18n import catalogue
+
+    ours = {k: v for k, v in catalogue().items() if k.startswith("slurm.")}
+    assert len(ours) > 20
+    for key, texts in ours.items():
+        assert texts["en"].strip() and texts["tr"].strip(), key
+
+
+def test_lab_says_what_is_missing(monkeypatch):
+    import slurmlab
+
+    monkeypatch.setattr(slurmlab.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(slurmlab.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(slurmlab, "_in_sbin", lambda name: False)
+    reasons = slurmlab.SlurmLab.missing()
+    assert any("root" in r for r in reasons)
+    assert any("slurmctld" in r and "apt-get install" in r for r in reasons)
+
+
+# ------------------------------------------------------------------------------------------
+# The real cluster
+
+
+@pytest.mark.slurm
+def test_cluster_two_hosts(slurm_cluster, tmp_path):
+    """(a) The harness itself: srun across both nodes, and an sbatch job with (fake) GPUs."""
+    lab = slurm_cluster
+    out = lab.run(["srun", "-N2", "-n2", "sh", "-c", 'echo "$(hostname) $SLURM_PROCID $SLURM_NODEID"'])
+    rows = sorted(line.split() for line in out.stdout.splitlines())
+    assert rows == [["n1", "0", "0"], ["n2", "1", "1"]], out.stdout
+
+    script = tmp_path / "hello.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:2\n"
+                      f"#SBATCH --output={tmp_path}/hello-%j.out\n"
+                      'srun sh -c \'echo "$(hostname) $SLURM_PROCID gpus=$CUDA_VISIBLE_DEVICES"\'\n')
+    job = slurm.submit(script, env=lab.env)
+    info = slurm.wait(job, timeout=60, poll=0.3, env=lab.env)
+    assert info.succeeded, info
+    rows = sorted(slurm.read_log(job, env=lab.env).split("\n"))
+    assert [r for r in rows if r] == ["n1 0 gpus=0,1", "n2 1 gpus=0,1"]
+
+    # The clean-up of crashed earlier labs leaves a living lab alone.
+    from slurmlab import cleanup_stale
+    assert not [item for item in cleanup_stale() if lab.tag in item or str(lab.dir) in item]
+    assert lab.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+
+
+@pytest.mark.slurm
+def test_seed_gpu_script_is_accepted_by_sbatch(slurm_cluster, tmp_path):
+    """(c) The seed's job — 2 nodes × 3 GPUs — rendered, parsed by bash and accepted by sbatch."""
+    spec = slurm.JobSpec(template="seed", nodes=2, gpus_per_node=3, cpus_per_process=2, job_name="pytorch",
+                         python=sys.executable, run_dir=str(tmp_path / "runs"), time="02:00:00")
+    script = slurm.write_script(slurm.render(spec), tmp_path / "seed-gpu.sh")
+    check = subprocess.run([BASH, "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    answer = slurm.test_only(script, env=slurm_cluster.env)
+    assert re.search(r"Job \d+ to start at .* on nodes n\[1-2\]", answer), answer
+    assert slurm_cluster.queue() == []  # --test-only queues nothing
+    # SLURM refuses what the nodes cannot give: 5 GPUs per node.
+    too_many = slurm.write_script(slurm.render(slurm.JobSpec(gpus_per_node=5, run_dir=str(tmp_path))),
+                                  tmp_path / "too-many.sh")
+    with pytest.raises(TutorialError) as caught:
+        slurm.test_only(too_many, env=slurm_cluster.env)
+    assert caught.value.key == "slurm.command_failed"
+
+
+def _spec(template: str, run_dir: Path, data: Path, **changes) -> slurm.JobSpec:
+    values = dict(template=template, nodes=2, nproc_per_node=2, cpus_per_process=1, python=sys.executable,
+                  workdir=str(REPO), run_dir=str(run_dir), root=str(data), time="00:10:00", **TRAIN)
+    values.update(changes)
+    return slurm.JobSpec(**values)
+
+
+@pytest.fixture(scope="module")
+def cluster_data(tmp_path_factory) -> Path:
+    from idx_files import write_mnist_like
+
+    root = tmp_path_factory.mktemp("slurm-data")
+    write_mnist_like(root, dataset="mnist", n_train=N_TRAIN, n_test=N_TEST, seed=0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def template_jobs(slurm_cluster, cluster_data, tmp_path_factory):
+    """(b) One job per template, 2 nodes × 2 CPU processes, all submitted at once; waited for."""
+    lab = slurm_cluster
+    base = tmp_path_factory.mktemp("slurm-templates")
+    canary = base / "canary"
+    # A value full of shell syntax rides along in every job's environment: it must stay text.
+    note = f"$(touch {canary}); `touch {canary}`; ' \" && touch {canary}"
+    jobs = {}
+    for template in slurm.TEMPLATES:
+        run_dir = base / template
+        spec = _spec(template, run_dir, cluster_data, job_name=f"t-{template}", env=(("DDP_NOTE", note),))
+        script = slurm.write_script(slurm.render(spec), base / f"{template}.sh")
+        jobs[template] = (slurm.submit(script, env=lab.env), run_dir)
+    done = {}
+    for template, (job, run_dir) in jobs.items():
+        info = slurm.wait(job, timeout=240, poll=0.5, env=lab.env)
+        log = slurm.read_log(job, env=lab.env) if slurm.log_path(job, env=lab.env).exists() else "(no log)"
+        result = slurm.read_result(job, env=lab.env) if info.succeeded else None
+        done[template] = dict(job=job, info=info, log=log, result=result, run_dir=run_dir)
+    return dict(jobs=done, canary=canary)
+
+
+LAUNCHER = {"seed": "spawn", "per-gpu": "slurm", "torchrun": "torchrun"}
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+def test_template_trains_across_two_nodes(template_jobs, template):
+    job = template_jobs["jobs"][template]
+    info, result, log = job["info"], job["result"], job["log"]
+    assert info.state == "COMPLETED" and info.exit_code == 0, f"{info.describe()}\n{log}"
+    assert result["world_size"] == 4
+    assert result["num_nodes"] == 2
+    assert result["launcher"] == LAUNCHER[template]
+    assert result["test_accuracy"] > 70
+    assert len(result["epochs"]) == TRAIN["epochs"]
+    assert info.nodes == "n[1-2]"
+    port = 15000 + int(job["job"]) % 15000
+    assert f"n1:{port}" in log  # MASTER_ADDR from the node list, MASTER_PORT from the job id
+    assert not template_jobs["canary"].exists()
+
+
+@pytest.mark.slurm
+def test_templates_agree_on_the_weights(template_jobs):
+    """Same seed, same world size: spawn, srun-per-task and torchrun train the identical model."""
+    digests = {t: j["result"]["weights_sha256"] for t, j in template_jobs["jobs"].items() if j["result"]}
+    assert len(digests) == len(slurm.TEMPLATES) and len(set(digests.values())) == 1, digests
+
+
+@pytest.mark.slurm
+def test_cli_reports_a_finished_job(template_jobs, slurm_cluster, monkeypatch, capsys):
+    from ddp_tutorial.cli import main
+
+    for key in ("PATH", "SLURM_CONF"):
+        monkeypatch.setenv(key, slurm_cluster.env[key])
+    job = template_jobs["jobs"]["seed"]["job"]
+    assert main(["slurm", "status", job]) == 0
+    assert "COMPLETED" in capsys.readouterr().out
+    assert main(["slurm", "wait", job, "--poll", "0.2"]) == 0
+    capsys.readouterr()
+    assert main(["slurm", "result", job]) == 0
+    assert json.loads(capsys.readouterr().out)["world_size"] == 4
+    assert main(["slurm", "logs", job, "--tail", "3"]) == 0
+    assert "exit code 0" in capsys.readouterr().out
+    assert main(["slurm", "status", "999999"]) == 1
+
+
+def _signal_after_line(jobs, pattern: str, env, timeout: float) -> None:
+    """Send SIGUSR1 to each job's batch script as soon as its log shows ``pattern``."""
+    waiting = dict(jobs)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for name, job in list(waiting.items()):
+            path = slurm.log_path(job, env=env)
+            if path.exists() and re.search(pattern, path.read_text(errors="replace"), re.M):
+                slurm.cancel(job, signal="USR1", batch=True, env=env)  # what --signal=B:USR1@S does
+                del waiting[name]
+            elif slurm.job_info(job, env=env).finished:
+                raise AssertionError(f"job {job} ({name}) ended before {pattern!r} appeared:\n"
+                                     + (path.read_text(errors="replace") if path.exists() else "(no log)"))
+        time.sleep(0.1)
+    assert not waiting, f"{pattern!r} did not appear within {timeout} s in the logs of {waiting}"
+
+
+def _final_weights(checkpoint_dir: Path):
+    import torch
+    from ddp_tutorial.checkpoint import checkpoint_path
+
+    state = torch.load(checkpoint_path(checkpoint_dir), map_location="cpu", weights_only=True)
+    return state["model"], state["epoch"]
+
+
+@pytest.mark.slurm
+def test_requeue_resumes_with_the_same_weights(slurm_cluster, cluster_data, template_jobs, tmp_path):
+    """(d) SIGUSR1 mid-run → checkpoint → exit 75 → scontrol requeue → resumed run ends with the
+    weights of the uninterrupted run (the template jobs above). spawn and torchrun at once."""
+    lab = slurm_cluster
+    jobs = {}
+    for template in ("seed", "torchrun"):
+        run_dir = tmp_path / template
+        spec = _spec(template, run_dir, cluster_data, job_name=f"rq-{template}", signal_seconds=60, requeue=True)
+        script = slurm.write_script(slurm.render(spec), tmp_path / f"{template}.sh")
+        assert "#SBATCH --signal=B:USR1@60" in script.read_text()
+        jobs[template] = slurm.submit(script, env=lab.env)
+    # Interrupt once the first epoch is done: inside the run, never before the training started.
+    _signal_after_line(jobs, r"^epoch 0:", env=lab.env, timeout=180)
+
+    for template, job in jobs.items():
+        info = slurm.wait(job, timeout=240, poll=0.5, env=lab.env)
+        log = slurm.read_log(job, env=lab.env)
+        assert info.state == "COMPLETED", f"{info.describe()}\n{log}"
+        assert info.restarts == 1, log
+        assert "SIGUSR1: asking the training to checkpoint and stop" in log
+        assert "requeueing job" in log and "restart 1," in log
+        result = slurm.read_result(job, env=lab.env)
+        assert result["resumed_from"] is not None
+        reference = template_jobs["jobs"][template]
+        assert result["epochs"] == pytest.approx(reference["result"]["epochs"], abs=1e-6)
+        mine, epoch = _final_weights(slurm.checkpoint_dir(job, env=lab.env))
+        theirs, _ = _final_weights(slurm.checkpoint_dir(reference["job"], env=lab.env))
+        assert epoch == TRAIN["epochs"]
+        diff = max((mine[name] - tensor).abs().max().item() for name, tensor in theirs.items())
+        same = result["weights_sha256"] == reference["result"]["weights_sha256"]
+        print(f"{template}: resumed from {result['resumed_from']}, bit-identical={same}, max |Δw| = {diff:.3g}")
+        assert diff <= 1e-6, f"{template}: resumed run differs from the uninterrupted one by {diff:.3g}"
+
+
+@pytest.mark.slurm
+def test_four_jobs_at_once_on_one_node(slurm_cluster, cluster_data, tmp_path):
+    """(e) Four 2-process jobs share node n1 at the same time: ports from the job ids never collide."""
+    lab = slurm_cluster
+    jobs = []
+    for i in range(4):
+        spec = _spec("per-gpu", tmp_path / f"job{i}", cluster_data, nodes=1, epochs=1, job_name=f"four-{i}")
+        script = slurm.write_script(slurm.render(spec), tmp_path / f"job{i}.sh")
+        jobs.append(slurm.submit(script, sbatch_args=["--nodelist=n1"], env=lab.env))
+    seen_running = set()
+    deadline = time.monotonic() + 240
+    infos = {}
+    while len(infos) < len(jobs) and time.monotonic() < deadline:
+        for job in jobs:
+            if job in infos:
+                continue
+            info = slurm.job_info(job, env=lab.env)
+            if info.state == "RUNNING":
+                seen_running.add(job)
+            if info.finished:
+                infos[job] = info
+        time.sleep(0.3)
+    assert len(infos) == len(jobs), "jobs did not finish in time"
+    starts = [infos[j].fields.get("StartTime") for j in jobs]
+    ends = [infos[j].fields.get("EndTime") for j in jobs]
+    assert max(starts) < min(ends), f"the jobs did not overlap: {starts} {ends}"
+    ports = set()
+    for job in jobs:
+        log = slurm.read_log(job, env=lab.env)
+        assert infos[job].succeeded, f"{infos[job].describe()}\n{log}"
+        assert infos[job].nodes == "n1"
+        assert "Address already in use" not in log
+        assert slurm.read_result(job, env=lab.env)["world_size"] == 2
+        ports.add(re.search(r"master n1:(\d+)", log).group(1))
+    assert len(ports) == 4
