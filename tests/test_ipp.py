@@ -1,0 +1,167 @@
+"""The ipyparallel launcher of the notebooks, with real local engines and gloo.
+
+Each test starts its own engines (≈7 s for two) and leaves none behind: after a failure every
+engine *and* the controller must be gone, checked by PID.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from ddp_tutorial import ipp
+from ddp_tutorial.config import TrainConfig
+from ddp_tutorial.i18n import TutorialError
+
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def cluster_pids(engines):
+    """Every process of a cluster: the engines, their helper ("nanny") processes, the controller."""
+    pids = [p.pid for p in engines.processes] + [engines.cluster.controller.pid]
+    assert set(engines.pids) <= set(pids)
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def no_engines_left():
+    """Every test ends with no cluster kept and none of its processes alive."""
+    ipp.stop(force=True)
+    yield
+    engines = ipp.current()
+    ipp.stop(force=True)
+    assert engines is None, "a test left a cluster running"
+
+
+def small_config(root, **extra):
+    settings = dict(dataset="mnist", root=str(root), epochs=1, threads=1)
+    return TrainConfig(**{**settings, **extra})
+
+
+def test_two_engines_train_like_the_cli(mnist_root, tmp_path, capsys):
+    results = ipp.train(small_config(mnist_root), n=2, keep=True)
+    assert [r.rank for r in results] == [0, 1]
+    assert all(r.world_size == 2 and r.backend == "gloo" and r.launcher == "explicit" for r in results)
+    assert results[0].weights_sha256 == results[1].weights_sha256   # DDP kept the replicas identical
+    assert results[0].test_accuracy > 80 and results[1].test_accuracy == results[0].test_accuracy
+    assert len(results[0].rank_losses[0]) == 2
+    out = capsys.readouterr().out
+    assert "loss at rank 0 is" in out and "loss at rank 1 is" not in out  # rank 0's output is streamed
+
+    # The same run through the command line (spawned processes) ends with the same weights.
+    json_path = tmp_path / "cli.json"
+    subprocess.run([sys.executable, "-m", "ddp_tutorial", "train", "--nproc-per-node", "2", "--dataset", "mnist",
+                    "--root", str(mnist_root), "--epochs", "1", "--threads", "1", "--quiet",
+                    "--json", str(json_path)], check=True, timeout=240,
+                   env={k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE")})
+    assert json.loads(json_path.read_text())["weights_sha256"] == results[0].weights_sha256
+
+    # keep=True: the next call reuses the same engines, here for a collective.
+    pids = cluster_pids(ipp.current())
+
+    def total_of_ranks(env, offset):
+        import torch
+        import torch.distributed as dist
+        value = torch.tensor([float(env.rank + offset)])
+        dist.all_reduce(value)
+        return env.rank, env.world_size, value.item()
+
+    assert ipp.run(total_of_ranks, 10, n=2) == [(0, 2, 21.0), (1, 2, 21.0)]
+    assert ipp.current() is None and not [p for p in pids if alive(p)]   # keep=False: all stopped
+
+
+def test_a_rank_that_raises_is_named_and_the_others_are_stopped():
+    def fails_on_rank_1(env):
+        import torch.distributed as dist
+        if env.rank == 1:
+            raise ValueError("deliberate failure on rank 1")
+        dist.barrier()  # rank 0 waits for rank 1, which never comes
+
+    pids = cluster_pids(ipp.start(2))
+    began = time.monotonic()
+    with pytest.raises(TutorialError) as caught:
+        ipp.run(fails_on_rank_1, n=2)
+    assert time.monotonic() - began < 30
+    text = str(caught.value)
+    assert "rank 1" in text and "ValueError: deliberate failure on rank 1" in text
+    if "rank 0" in text:  # rank 0's lost connection is a symptom: the cause comes first
+        assert text.index("rank 1") < text.index("rank 0")
+    assert ipp.current() is None and not [p for p in pids if alive(p)]
+
+
+def test_a_run_that_outlives_its_wall_clock_bound_is_stopped():
+    def sleeps(env):
+        import time
+        time.sleep(300)  # alive, answering heartbeats, but never finishing
+
+    pids = cluster_pids(ipp.start(2))
+    began = time.monotonic()
+    with pytest.raises(TutorialError, match="did not finish within 3 s"):
+        ipp.run(sleeps, n=2, timeout=3)
+    assert time.monotonic() - began < 30
+    assert ipp.current() is None and not [p for p in pids if alive(p)]
+
+
+def test_a_sigkilled_engine_ends_the_run_in_bounded_time(mnist_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")  # the message comes in the user's language
+    checkpoints = tmp_path / "ckpt"
+    seen = {}
+
+    def kill_rank_1_mid_run():
+        # Rank 0 writes a checkpoint after every epoch: once one exists, training is under way.
+        while ipp.current() is None or not (checkpoints.is_dir() and any(checkpoints.iterdir())):
+            time.sleep(0.05)
+        engines = ipp.current()
+        seen["pids"] = cluster_pids(engines)
+        seen["killed_at"] = time.monotonic()
+        os.kill(engines.pids[1], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_rank_1_mid_run, daemon=True)
+    killer.start()
+    # 300 epochs of 32 small batches would take minutes: the kill comes long before the end.
+    with pytest.raises(TutorialError) as caught:
+        ipp.train(small_config(mnist_root, epochs=300, batch_size=64, checkpoint_dir=str(checkpoints)), n=2)
+    assert time.monotonic() - seen["killed_at"] < 60
+    text = str(caught.value)
+    assert "rank 1" in text and "SIGKILL" in text and "öldü" in text, text
+    assert ipp.current() is None
+    assert not [p for p in seen["pids"] if alive(p)], "engine or controller processes left behind"
+
+
+def test_bad_engine_counts_are_refused_before_anything_starts():
+    for n in (0, -1, 1.5):
+        with pytest.raises(TutorialError, match="engines|motor"):
+            ipp.start(n)
+    assert ipp.current() is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_kernel_that_initialised_cuda_is_refused():
+    code = ("import torch; torch.zeros(1).cuda()\n"
+            "from ddp_tutorial import ipp\n"
+            "from ddp_tutorial.i18n import TutorialError\n"
+            "try:\n    ipp.start(1)\nexcept TutorialError as e:\n    print('REFUSED', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "REFUSED" in done.stdout and "CUDA" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_engines_train_on_their_gpus_while_the_kernel_stays_off_cuda(mnist_root):
+    n = torch.cuda.device_count()
+    results = ipp.train(small_config(mnist_root, device="cuda"), n=n)
+    assert [r.device for r in results] == [f"cuda:{rank}" for rank in range(n)]
+    assert results[0].backend == ("nccl" if n > 1 else results[0].backend)
+    assert len({r.weights_sha256 for r in results}) == 1 and results[0].test_accuracy > 80
+    assert not torch.cuda.is_initialized()  # the kernel (this process) never touched CUDA

@@ -1,0 +1,99 @@
+"""The Turkish and English notebooks are the same notebook in two languages.
+
+Both are generated from one source per notebook (``notebooks/src/NN_name.cells``, see
+``notebooks/build.py``); these tests check the generated files themselves: same names, identical
+code cells, every markdown cell present in both and translated, kernel and language named in the
+metadata, and outputs stored from a real execution.
+"""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = sorted(p.name for p in (NOTEBOOKS / "en").glob("*.ipynb"))
+TURKISH_LETTERS = re.compile(r"[çğıöşüÇĞİÖŞÜ]")
+
+
+def read(lang, name):
+    return nbformat.read(NOTEBOOKS / lang / name, as_version=4)
+
+
+def load_build():
+    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_notebook_exists_in_both_languages():
+    turkish = sorted(p.name for p in (NOTEBOOKS / "tr").glob("*.ipynb"))
+    assert turkish == NAMES
+    assert len(NAMES) >= 7
+    assert all(re.match(r"^\d\d_[a-z0-9_]+\.ipynb$", name) for name in NAMES), NAMES
+    numbers = [int(name[:2]) for name in NAMES]
+    assert numbers == list(range(len(NAMES)))  # 00, 01, … without gaps
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_code_is_identical_and_markdown_translated(name):
+    tr, en = read("tr", name), read("en", name)
+    assert [c.cell_type for c in tr.cells] == [c.cell_type for c in en.cells]
+    for i, (a, b) in enumerate(zip(tr.cells, en.cells)):
+        if a.cell_type == "code":
+            assert a.source == b.source, f"{name} cell {i}: code differs between tr and en"
+        else:
+            assert a.source.strip() and b.source.strip(), f"{name} cell {i}: empty markdown"
+            assert a.source != b.source, f"{name} cell {i}: markdown is not translated"
+            assert TURKISH_LETTERS.search(a.source), f"{name} cell {i}: the Turkish cell has no Turkish letter"
+    assert any(c.cell_type == "markdown" for c in tr.cells)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_metadata_names_kernel_and_language(name):
+    for lang in ("tr", "en"):
+        meta = read(lang, name).metadata
+        assert meta.kernelspec.name == "python3" and meta.kernelspec.language == "python"
+        assert meta.language == lang and meta.ddp_tutorial.language == lang
+        assert meta.ddp_tutorial.source == f"notebooks/src/{Path(name).stem}.cells"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebooks_match_their_source(name):
+    """Nobody edited one language's .ipynb by hand: rebuilding from the source gives the same cells."""
+    build = load_build()
+    source = NOTEBOOKS / "src" / f"{Path(name).stem}.cells"
+    for lang in ("tr", "en"):
+        fresh = build.build(source, lang)
+        stored = read(lang, name)
+        assert [(c.cell_type, c.source) for c in fresh.cells] == [(c.cell_type, c.source) for c in stored.cells], \
+            f"{lang}/{name} differs from {source.name}: run python notebooks/build.py --execute {name[:2]}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_outputs_come_from_a_real_run(name):
+    for lang in ("tr", "en"):
+        nb = read(lang, name)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        if not code:
+            continue
+        assert nb.metadata.ddp_tutorial.executed_with.dataset in ("mnist", "fashion-mnist")
+        counts = [c.execution_count for c in code]
+        assert None not in counts and counts == sorted(counts), f"{lang}/{name}: not executed in order"
+        assert not [c for c in code if c.outputs and any(o.output_type == "error" for o in c.outputs)
+                    and "raises-exception" not in c.metadata.get("tags", [])], f"{lang}/{name}: an unexpected error"
+
+
+def test_parser_rejects_an_untranslated_markdown_cell(tmp_path):
+    build = load_build()
+    bad = tmp_path / "99_bad.cells"
+    bad.write_text("=== md tr\nYalnızca Türkçe.\n=== code\nprint(1)\n")
+    with pytest.raises(ValueError, match="md en"):
+        build.parse(bad)
+    also_bad = tmp_path / "98_bad.cells"
+    also_bad.write_text("=== md en\nEnglish without Turkish.\n")
+    with pytest.raises(ValueError, match="md tr"):
+        build.parse(also_bad)
