@@ -50,8 +50,8 @@ from .sampling import epoch_indices, index_batches, make_sampler
 register(
     {
         "train.node_summary": {
-            "en": "This is node {node} of {nnodes} used for training. In total {world_size} processes "
-                  "({per_node} per node) will train.",
+            "en": "This is node {node} of {nnodes} used for training. Training processes in total: {world_size} "
+                  "({per_node} per node).",
             "tr": "Bu, eğitimde kullanılacak {nnodes} düğümden {node} numaralı düğümdür. Toplamda {world_size} "
                   "süreç (düğüm başına {per_node}) eğitim yapacak.",
         },
