@@ -271,6 +271,9 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
             if "rng" in state:
                 torch.set_rng_state(state["rng"])
             result.resumed_from = {"epoch": start_epoch, "step": start_step}
+            if distributed:
+                _settle_ddp_buckets(parallel_model, train_data, criterion, device, config.batch_size)
+                optimizer.zero_grad(set_to_none=True)
             if env.is_main:
                 _say(config, t("ckpt.resumed", path=config.checkpoint_dir, epoch=start_epoch, step=start_step))
 
@@ -377,6 +380,21 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
         _write_json(config.json, result.to_dict())
         _say(config, t("train.result_written", path=config.json))
     return result
+
+
+def _settle_ddp_buckets(parallel_model, train_data, criterion, device, batch_size) -> None:
+    """One forward/backward whose gradients are thrown away, so that a resumed run sums gradients
+    in the same order as an uninterrupted one.
+
+    DDP packs gradients into buckets in the reverse order of ``parameters()`` for the first step,
+    then re-packs them once in the order autograd produced them. With three or more ranks the
+    all-reduce adds the ranks' values in an order that depends on where a gradient sits in its
+    bucket, so a fresh process's first step would round differently (≈1e-7) from the uninterrupted
+    run's step at the same point, and the difference would grow. After this warm-up the re-packing
+    happens before the first real step. No optimizer step is taken: the weights do not change.
+    """
+    images, labels = train_data.batch(torch.arange(min(batch_size, len(train_data))))
+    criterion(parallel_model(images.to(device)), labels.to(device)).backward()
 
 
 def _progress_bar(total: int, initial: int, epoch: int):
