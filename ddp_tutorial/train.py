@@ -298,8 +298,8 @@ def _train_in_group(config, env, device, backend, distributed, train_data, test_
             _say(config, t("ckpt.saved", path=path, epoch=epoch, step=step))
 
     # Asking all ranks "should we stop?" is a (tiny) collective: a round trip through every rank
-    # (≈1 ms with gloo on a small VM, as much as a third of a step — benchmarks/README.md), and on
-    # a GPU also a host sync. So we ask every 10 steps; every rank asks at the same steps.
+    # (0.2–1 ms with gloo on a small VM, up to a sixth of a DDP step there — benchmarks/README.md),
+    # and on a GPU also a host sync. So we ask every 10 steps; every rank asks at the same steps.
     check_every = 10
     show_progress = env.is_main and (config.progress if config.progress is not None else sys.stderr.isatty())
 

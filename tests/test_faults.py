@@ -444,7 +444,11 @@ def _preempt(jobs_: List[Job], launcher: str, root: Path, folder: Path) -> dict:
     assert len(re.findall(r"stop requested \(SIGUSR1\)", output)) == 2, output
     state = torch.load(folder / "ckpt" / "checkpoint.pt", map_location="cpu", weights_only=True)
     steps_per_epoch = 16384 // 2 // 32
-    assert state["epoch"] == 1 and 0 < state["step"] < steps_per_epoch, (state["epoch"], state["step"], output)
+    # Ranks agree to stop every 10 steps: the signal sent in epoch 1 stops there, or — when it lands in
+    # the last few steps of the epoch — at the start of epoch 2. Either way mid-run, not at the end.
+    position = state["epoch"] * steps_per_epoch + state["step"]
+    assert steps_per_epoch < position <= 2 * steps_per_epoch and state["epoch"] < PREEMPT_EPOCHS, (
+        state["epoch"], state["step"], output)
     return dict(folder=folder, epoch=state["epoch"], step=state["step"], output=output)
 
 

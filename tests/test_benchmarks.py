@@ -1,0 +1,109 @@
+"""Smoke tests of the benchmarks: the scripts run end to end on tiny data (no timing assertions:
+benchmarks are not tests — see benchmarks/README.md for the measured figures)."""
+
+import json
+import os
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from idx_files import write_mnist_like
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bound import step_sizes  # noqa: E402
+from ddp_tutorial import i18n  # noqa: E402
+
+
+def bench(*args, lang="en", timeout=600):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG=lang)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "benchmarks.throughput", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_step_sizes_mirror_a_ddp_epoch():
+    # World 1: 468 full batches and one of 96 (60 000 = 468 × 128 + 96).
+    one = step_sizes(60000, 1, 128)
+    assert len(one) == 469 and one[-1] == 96 and sum(one) == 60000
+    # World 2: each rank has 30 000 samples → 235 steps of 2 × 128, the last 2 × 48.
+    two = step_sizes(60000, 2, 128)
+    assert len(two) == 235 and two[0] == 256 and two[-1] == 96 and sum(two) == 60000
+    # World 7: the sampler pads 60 000 to 7 × 8572 = 60 004.
+    seven = step_sizes(60000, 7, 128)
+    assert sum(seven) == 60004 and len(seven) == 67
+
+
+@pytest.mark.timeout(900)  # about 20 fresh interpreters (torch imports dominate); a minute on an idle 2-core machine
+def test_table_and_scaling_on_tiny_data(tmp_path):
+    root = write_mnist_like(tmp_path / "data", "mnist", n_train=1024, n_test=256, seed=0)
+    out, figure = tmp_path / "bench.json", tmp_path / "scaling.png"
+    done = bench("--mode", "all", "--dataset", "mnist", "--root", str(root), "--world", "1", "2",
+                 "--repeats", "1", "--epochs", "1", "--threads", "1", "--max-epochs", "2",
+                 "--target-accuracy", "60", "--comm-rounds", "2", "--json", str(out), "--figure", str(figure),
+                 "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "package/seed" in done.stdout and "package/bound" in done.stdout
+
+    report = json.loads(out.read_text())
+    rows = report["table"]["rows"]
+    assert set(rows) == {"1", "2"}
+    for world, steps in (("1", 8), ("2", 4)):  # 1024 samples, 128 per process
+        row = rows[world]
+        for variant in ("seed", "package", "bound"):
+            assert row[variant]["samples_per_second"] > 0, (world, variant)
+            assert row[variant]["steps_per_epoch"] == steps, (world, variant)
+            assert row[variant]["repeats"] == 1
+            (run,) = report["table"]["runs"][variant][world]
+            # Every pipeline saw the same data: 1024 samples in the epoch, at both world sizes.
+            assert run["samples"] == 1024, (world, variant)
+            assert run["samples_per_second"] == pytest.approx(run["samples"] / run["train_seconds"], rel=1e-3)
+            assert run["wall_seconds"] >= run["train_seconds"]
+        assert row["package_over_seed"] == pytest.approx(
+            row["package"]["samples_per_second"] / row["seed"]["samples_per_second"])
+        assert row["package_over_bound"] == pytest.approx(
+            row["package"]["samples_per_second"] / row["bound"]["samples_per_second"])
+    assert report["table"]["runs"]["package"]["2"][0]["backend"] == "gloo"
+    assert set(report["goals"]) == {"package_over_seed", "package_over_bound", "world2_over_world1"}
+
+    # Scaling: efficiency is relative to world 1, and the time-to-accuracy runs reached 60 %.
+    assert report["scaling"]["1"]["efficiency"] == pytest.approx(1.0)
+    curves = report["time_to_accuracy"]["curves"]
+    assert [(c["world_size"], c["scale_lr"]) for c in curves] == [(1, False), (2, False), (2, True)]
+    assert [c["lr"] for c in curves] == pytest.approx([1e-3, 1e-3, 2e-3])
+    for c in curves:
+        assert c["reached"] is not None, c
+        assert c["reached"]["test_accuracy"] >= 60
+        assert c["reached"]["steps"] == c["reached"]["epoch"] * (8 // c["world_size"])
+    # The communication benchmark explains the speed-up: a DDP step costs more than its computation.
+    (comm,) = report["communication"]
+    assert comm["world_size"] == 2 and comm["gradient_bytes"] == 134_794 * 4
+    assert comm["ddp"] > comm["allreduce"] > 0 and comm["compute"] > 0
+    assert "Communication at world size 2" in done.stdout
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
+
+
+def test_unstaged_data_is_a_clear_error_in_turkish(tmp_path):
+    done = bench("--dataset", "fashion-mnist", "--root", str(tmp_path / "empty"), "--repeats", "1",
+                 "--json", str(tmp_path / "x.json"), lang="tr", timeout=120)
+    assert done.returncode == 2
+    assert "hata:" in done.stderr and "ddp-tutorial data prepare" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_benchmark_messages_exist_in_both_languages_with_the_same_fields():
+    import benchmarks.comm, benchmarks.gpu, benchmarks.profile, benchmarks.throughput  # noqa: F401 (register)
+    formatter = string.Formatter()
+    ours = {k: v for k, v in i18n.catalogue().items() if k.startswith(("bench.", "plot."))}
+    assert len(ours) > 40
+    for key, texts in ours.items():
+        fields = {lang: {f for _, f, _, _ in formatter.parse(texts[lang]) if f} for lang in i18n.LANGUAGES}
+        assert fields["en"] == fields["tr"], key
+        if len(texts["en"]) > 25:
+            assert texts["en"] != texts["tr"], f"{key} is not translated"
