@@ -517,11 +517,17 @@ def train(config: Optional[TrainConfig] = None, n: Optional[int] = None, keep: b
     config = replace(config, root=str(Path(config.root).expanduser().resolve()), progress=False,
                      json=str(Path(config.json).expanduser().resolve()) if config.json else None).validate()
     engines = start(n, device=device if config.device == "auto" else config.device)
+    return _launch(engines, n, keep, timeout,
+                   lambda rank, n, port, lang, use_cuda: (_engine_train, (config, rank, n, port, lang, use_cuda)))
+
+
+def _launch(engines, n: Optional[int], keep: bool, timeout: Optional[float], task: Callable) -> list:
+    """Give every engine its rank and one free master port, run ``task(rank, n, port, lang, use_cuda)``
+    (a (function, args) pair) everywhere, and stop the engines afterwards unless ``keep``."""
     n = engines.size if n is None else n
     port, lang, use_cuda = find_free_port(MASTER_ADDR), language(), engines.device == "cuda"
     try:
-        return _run_everywhere(engines, n, lambda rank: (_engine_train, (config, rank, n, port, lang, use_cuda)),
-                               timeout)
+        return _run_everywhere(engines, n, lambda rank: task(rank, n, port, lang, use_cuda), timeout)
     except KeyboardInterrupt:  # the stop button of the notebook
         stop(force=True)
         raise
@@ -542,16 +548,5 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
     """
     check_kernel_has_no_cuda()
     engines = start(n)
-    n = engines.size if n is None else n
-    port, lang, use_cuda = find_free_port(MASTER_ADDR), language(), engines.device == "cuda"
-    try:
-        return _run_everywhere(
-            engines, n,
-            lambda rank: (_engine_run, (function, args, kwargs, backend, pg_timeout, rank, n, port, lang, use_cuda)),
-            timeout)
-    except KeyboardInterrupt:  # the stop button of the notebook
-        stop(force=True)
-        raise
-    finally:
-        if _current is not None:
-            _finish(keep)
+    return _launch(engines, n, keep, timeout, lambda rank, n, port, lang, use_cuda: (
+        _engine_run, (function, args, kwargs, backend, pg_timeout, rank, n, port, lang, use_cuda)))
