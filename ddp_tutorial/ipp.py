@@ -131,23 +131,56 @@ START_TIMEOUT = 120.0   # seconds for the engines to register with the controlle
 POLL_SECONDS = 0.2      # how often the kernel looks at the engines while it waits
 GRACE_SECONDS = 3.0     # after a first failure: time for the other ranks to report their own
 DEFAULT_TIMEOUT = 3600.0  # wall-clock bound of one train() call (seconds); None: no bound
-MASTER_ADDR = "127.0.0.1"  # all engines run on this machine
+MASTER_ADDR = "127.0.0.1"  # local engines all run on this machine
+JOB_CHECK_SECONDS = 5.0    # SLURM engines: how often a run asks SLURM whether their job still runs
 
 
 @dataclass
 class Engines:
-    """A running local cluster: the controller, the engines and a client talking to them."""
+    """A running cluster: the controller, the engines and a client talking to them.
+
+    Local engines (:func:`start`) run on this machine; SLURM engines (:func:`start_slurm`) run
+    as the tasks of one SLURM job on the nodes of an allocation, and ``job_id`` names that job.
+    """
 
     cluster: Any           # ipyparallel.Cluster
     client: Any            # ipyparallel.Client
     ids: List[int]         # engine ids, in rank order
-    pids: List[int]        # the engines' process ids, in rank order
+    pids: List[int]        # the engines' process ids, in rank order (on their own hosts)
     device: str            # "cuda" (one GPU per engine) or "cpu"
     processes: List[Any] = field(default_factory=list)  # psutil handles: the engines and their helpers
+    job_id: Optional[str] = None       # SLURM engines: the job whose tasks they are
+    hosts: List[str] = field(default_factory=list)       # SLURM engines: each rank's node
+    local_ranks: List[int] = field(default_factory=list)  # SLURM engines: each rank's place on its node
+    master_addr: str = "127.0.0.1"     # where rank 0 listens: this machine, or rank 0's node
 
     @property
     def size(self) -> int:
         return len(self.ids)
+
+    @property
+    def on_slurm(self) -> bool:
+        return self.job_id is not None
+
+    def local_rank(self, rank: int) -> int:
+        return self.local_ranks[rank] if self.local_ranks else rank
+
+    def per_node(self, rank: int, n: int) -> int:
+        """How many of the first ``n`` ranks share ``rank``'s node."""
+        if not self.hosts:
+            return n
+        return sum(1 for host in self.hosts[:n] if host == self.hosts[rank])
+
+    def alive(self, rank: int) -> bool:
+        """Is the engine of ``rank`` still there? A local engine is a process of this machine;
+        a SLURM engine counts as alive while the controller still lists it (its nanny reports
+        its death at once; a lost node is noticed by the controller's heartbeat)."""
+        if not self.on_slurm:
+            return _alive(self.pids[rank])
+        try:
+            return self.ids[rank] in self.client.ids
+        except Exception:  # noqa: BLE001 - the client lost the controller
+            return False
 
 
 _current: Optional[Engines] = None
@@ -192,6 +225,41 @@ def current() -> Optional[Engines]:
     return _current
 
 
+def _keep(engines: Engines) -> None:
+    global _current
+    _current = engines
+
+
+def start_slurm(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
+                profile: str = "generic", **options) -> Engines:
+    """Start the engines through SLURM, on the nodes of an allocation, and keep them for
+    :func:`train` and :func:`run` (one engine per GPU, or ``engines_per_node`` CPU engines per
+    node; ``options``: partition, account, time_limit, modules, conda/venv, controller_ip …).
+    See :mod:`ddp_tutorial.ipp_slurm`; :func:`stop` ends the job."""
+    from . import ipp_slurm
+    return ipp_slurm.start(nodes, engines_per_node, gpus_per_node, profile, **options)
+
+
+def _use_slurm_engines(engines: Engines, n: Optional[int], device: str) -> Engines:
+    from . import ipp_slurm
+    return ipp_slurm.check_usable(engines, n, device)
+
+
+def _slurm_job_ended(engines: Engines) -> Optional[str]:
+    from . import ipp_slurm
+    return ipp_slurm.job_ended(engines)
+
+
+def _describe_slurm_loss(engines: Engines) -> str:
+    from . import ipp_slurm
+    return ipp_slurm.describe_loss(engines)
+
+
+def _wait_for_job_end(job_id: str) -> None:
+    from . import ipp_slurm
+    ipp_slurm.wait_for_job_end(job_id)
+
+
 def _alive(pid: int) -> bool:
     import psutil  # installed with ipyparallel
     try:
@@ -223,6 +291,8 @@ def start(n: Optional[int] = None, device: str = "auto") -> Engines:
     """
     global _current
     check_kernel_has_no_cuda()
+    if _current is not None and _current.on_slurm:  # engines on a SLURM allocation: use them
+        return _use_slurm_engines(_current, n, device)
     gpus = gpu_count() if device != "cpu" else 0
     if device == "cuda" and not gpus:
         raise TutorialError("device.no_gpu")
@@ -272,8 +342,8 @@ def stop(force: bool = False) -> None:
     global _current
     engines, _current = _current, None
     if engines is not None:
-        _shutdown(engines.cluster, engines.client, engines.processes, force=force)
-        print(t("ipp.stopped"), flush=True)
+        _shutdown(engines.cluster, engines.client, engines.processes, force=force, job_id=engines.job_id)
+        print(t("ipp.stopped_slurm", job_id=engines.job_id) if engines.on_slurm else t("ipp.stopped"), flush=True)
 
 
 def _launcher_pids(cluster) -> List[int]:
@@ -310,9 +380,10 @@ def _kill(processes: List[Any], wait: float = 10.0) -> List[int]:
     return [process.pid for process in _still_running(processes)]
 
 
-def _shutdown(cluster, client, processes: List[Any], force: bool = False) -> List[int]:
+def _shutdown(cluster, client, processes: List[Any], force: bool = False, job_id: Optional[str] = None) -> List[int]:
     """Stop the engines (``force``: SIGKILL them first), then the controller; make sure that
-    no engine nor helper process is left. Returns the pids that would not go."""
+    no engine nor helper process is left (SLURM engines: that their job ``job_id`` has ended).
+    Returns the pids that would not go."""
     if force:
         _kill(processes)
     if client is not None:
@@ -326,9 +397,11 @@ def _shutdown(cluster, client, processes: List[Any], force: bool = False) -> Lis
         except Exception:  # noqa: BLE001 - the engines may already be gone
             pass
     try:
-        cluster.stop_cluster_sync()  # the controller (and any engine left: SIGTERM, then SIGKILL)
-    except Exception:  # noqa: BLE001
+        cluster.stop_cluster_sync()  # the controller (and any engine left: SIGTERM, then SIGKILL;
+    except Exception:  # noqa: BLE001   SLURM engines: scancel of their job)
         pass
+    if job_id is not None:
+        _wait_for_job_end(job_id)
     return _kill(processes)
 
 
@@ -344,26 +417,40 @@ def _engine_join_kernel(cwd: str, paths: List[str]) -> int:
     return os.getpid()
 
 
-def _engine_prepare(rank: int, world_size: int, port: int, lang: str, use_cuda: bool):
+@dataclass(frozen=True)
+class Place:
+    """Where one engine stands in the run (sent to it with the work)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    lang: str
+    use_cuda: bool
+
+
+def _engine_prepare(place: Place):
     """First thing on an engine: language, device, then where this rank stands."""
-    os.environ[LANG_VARIABLE] = lang
-    if use_cuda:
+    os.environ[LANG_VARIABLE] = place.lang
+    if place.use_cuda:
         import torch
-        torch.cuda.set_device(rank)  # local rank = rank on one machine; before any other CUDA call
+        torch.cuda.set_device(place.local_rank)  # this node's GPU for the rank; before any other CUDA call
     from .distributed import resolve_environment
-    return resolve_environment(rank=rank, world_size=world_size, local_rank=rank, nproc_per_node=world_size,
-                               master_addr=MASTER_ADDR, master_port=port)
+    return resolve_environment(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
+                               nproc_per_node=place.nproc_per_node, master_addr=place.master_addr,
+                               master_port=place.master_port)
 
 
-def _engine_train(config: TrainConfig, rank: int, world_size: int, port: int, lang: str, use_cuda: bool):
-    env = _engine_prepare(rank, world_size, port, lang, use_cuda)
+def _engine_train(config: TrainConfig, place: Place):
+    env = _engine_prepare(place)
     from .train import train as train_function
     return train_function(config, env)
 
 
-def _engine_run(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float,
-                rank: int, world_size: int, port: int, lang: str, use_cuda: bool):
-    env = _engine_prepare(rank, world_size, port, lang, use_cuda)
+def _engine_run(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float, place: Place):
+    env = _engine_prepare(place)
     from .distributed import destroy_process_group, init_process_group
     init_process_group(env, backend, pg_timeout)
     try:
@@ -439,6 +526,7 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
     shown = {"stdout": 0, "stderr": 0}
     began = time.monotonic()
     failed_at = None
+    job_checked = began
 
     rank0 = pending[0]
 
@@ -453,10 +541,10 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
     while pending:
         for rank in list(pending):
             ar = pending[rank]
-            if not _alive(pids[rank]):  # first: a dead engine is the cause, not a symptom
+            if not engines.alive(rank):  # first: a dead engine is the cause, not a symptom
                 del pending[rank]
-                failures.append((0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank],
-                                      how=_describe_exit(engines, pids[rank]))))
+                how = _describe_slurm_loss(engines) if engines.on_slurm else _describe_exit(engines, pids[rank])
+                failures.append((0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank], how=how)))
             elif ar.ready():
                 del pending[rank]
                 try:
@@ -469,8 +557,14 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
         if not _alive(engines.cluster.controller.pid):
             failures.append((0, t("ipp.cause_controller", pid=engines.cluster.controller.pid)))
             break
-        stream_rank0()
         now = time.monotonic()
+        if engines.on_slurm and pending and now - job_checked > JOB_CHECK_SECONDS:
+            job_checked = now
+            ended = _slurm_job_ended(engines)
+            if ended:
+                failures.append((0, ended))
+                break
+        stream_rank0()
         if failures and failed_at is None:
             failed_at = now
         if failed_at is not None and now - failed_at > GRACE_SECONDS:
@@ -485,7 +579,7 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
     if failures:
         # The engines may be blocked inside a collective: only killing them frees them.
         _current = None
-        leftover = _shutdown(engines.cluster, engines.client, engines.processes, force=True)
+        leftover = _shutdown(engines.cluster, engines.client, engines.processes, force=True, job_id=engines.job_id)
         failures.sort(key=lambda f: f[0])
         cause = failures[0][1]
         if len(failures) > 1:
@@ -517,17 +611,29 @@ def train(config: Optional[TrainConfig] = None, n: Optional[int] = None, keep: b
     config = replace(config, root=str(Path(config.root).expanduser().resolve()), progress=False,
                      json=str(Path(config.json).expanduser().resolve()) if config.json else None).validate()
     engines = start(n, device=device if config.device == "auto" else config.device)
-    return _launch(engines, n, keep, timeout,
-                   lambda rank, n, port, lang, use_cuda: (_engine_train, (config, rank, n, port, lang, use_cuda)))
+    return _launch(engines, n, keep, timeout, lambda place: (_engine_train, (config, place)))
+
+
+def _master_port(engines: Engines) -> int:
+    """A free port where rank 0 listens: found on this machine, or by rank 0's engine on its node."""
+    if not engines.on_slurm:
+        return find_free_port(engines.master_addr)
+    return engines.client[engines.ids[0]].apply_sync(find_free_port, "")
 
 
 def _launch(engines, n: Optional[int], keep: bool, timeout: Optional[float], task: Callable) -> list:
-    """Give every engine its rank and one free master port, run ``task(rank, n, port, lang, use_cuda)``
-    (a (function, args) pair) everywhere, and stop the engines afterwards unless ``keep``."""
+    """Give every engine its :class:`Place` (rank, local rank, master address and one free port),
+    run ``task(place)`` (a (function, args) pair) everywhere, and stop the engines afterwards
+    unless ``keep``."""
     n = engines.size if n is None else n
-    port, lang, use_cuda = find_free_port(MASTER_ADDR), language(), engines.device == "cuda"
+    port, lang, use_cuda = _master_port(engines), language(), engines.device == "cuda"
+
+    def place(rank: int) -> Place:
+        return Place(rank=rank, world_size=n, local_rank=engines.local_rank(rank),
+                     nproc_per_node=engines.per_node(rank, n), master_addr=engines.master_addr,
+                     master_port=port, lang=lang, use_cuda=use_cuda)
     try:
-        return _run_everywhere(engines, n, lambda rank: task(rank, n, port, lang, use_cuda), timeout)
+        return _run_everywhere(engines, n, lambda rank: task(place(rank)), timeout)
     except KeyboardInterrupt:  # the stop button of the notebook
         stop(force=True)
         raise
@@ -548,5 +654,5 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
     """
     check_kernel_has_no_cuda()
     engines = start(n)
-    return _launch(engines, n, keep, timeout, lambda rank, n, port, lang, use_cuda: (
-        _engine_run, (function, args, kwargs, backend, pg_timeout, rank, n, port, lang, use_cuda)))
+    return _launch(engines, n, keep, timeout,
+                   lambda place: (_engine_run, (function, args, kwargs, backend, pg_timeout, place)))

@@ -45,7 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -187,12 +187,22 @@ register(
 # --------------------------------------------------------------------------------------
 # Templates and site profiles
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "slurm"
+def _template_dir() -> Path:
+    """The templates: the repository's ``slurm/`` folder in a checkout (or editable install),
+    ``ddp_tutorial/sbatch`` in an installed wheel (pyproject.toml maps one onto the other)."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "slurm"
+    return checkout if (checkout / "seed.sbatch").is_file() else here / "sbatch"
+
+
+TEMPLATE_DIR = _template_dir()
 TEMPLATES = {
     "seed": "seed.sbatch",          # one task per node → ddp_tutorial.spawn → one process per GPU
     "per-gpu": "per-gpu.sbatch",    # one SLURM task per GPU → ddp_tutorial.train
     "torchrun": "torchrun.sbatch",  # one torchrun per node, c10d rendezvous → ddp_tutorial.train
 }
+#: ipyparallel engines on an allocation, one per GPU (ddp_tutorial.ipp.start_slurm); not a training job.
+ENGINES_TEMPLATE = "ipengines.sbatch"
 
 #: The exit code with which training says "checkpoint written, run me again" (preemption.EXIT_REQUEUE).
 EXIT_REQUEUE = 75
@@ -468,9 +478,9 @@ def _setup_lines(spec: JobSpec) -> List[str]:
 
 
 def template_text(name: str) -> str:
-    if name not in TEMPLATES:
+    if name not in TEMPLATES and name != "ipengines":
         raise TutorialError("slurm.unknown_template", name=name, choices=", ".join(TEMPLATES))
-    path = TEMPLATE_DIR / TEMPLATES[name]
+    path = TEMPLATE_DIR / TEMPLATES.get(name, ENGINES_TEMPLATE)
     if not path.is_file():
         raise TutorialError("slurm.template_missing", path=str(path))
     return path.read_text()
@@ -484,6 +494,29 @@ def render(spec: JobSpec) -> str:
                        ("{{setup}}", _setup_lines(spec))):
         text = text.replace(gap, "\n".join(lines))
     return text
+
+
+def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}") -> str:
+    """The sbatch script that starts one ipyparallel engine per SLURM task (``slurm/ipengines.sbatch``).
+
+    ``spec`` gives the allocation (nodes, GPUs or CPU processes per node, cores, time, account,
+    set-up); its training fields are not used. The result is a template for ipyparallel's
+    ``SlurmEngineSetLauncher``, which fills it with :meth:`str.format`-like rules: every brace of
+    ours is doubled, so only ``engine_command`` (by default ipyparallel's ``{program_and_args}``)
+    is left for it to fill, and a value such as ``${HOME}`` in an exported variable reaches the
+    script as written.
+    """
+    validate(replace(spec, template="per-gpu"))  # one task per GPU / CPU process, like per-gpu
+    spec = replace(spec, template="per-gpu")
+    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # threads per engine (its training process)"]
+    settings += [f"export {key}={q(value)}" for key, value in spec.env]
+    text = template_text("ipengines")
+    for gap, lines in (("{{sbatch}}", _sbatch_lines(spec)), ("{{settings}}", settings),
+                       ("{{setup}}", _setup_lines(spec))):
+        text = text.replace(gap, "\n".join(lines))
+    marker = "\x00engines\x00"
+    text = text.replace("{{engines}}", marker).replace("{", "{{").replace("}", "}}")
+    return text.replace(marker, engine_command)
 
 
 def write_script(text: str, path: os.PathLike | str) -> Path:

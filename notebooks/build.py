@@ -127,16 +127,21 @@ def main(argv=None) -> int:
     parser.add_argument("--languages", nargs="+", default=list(LANGUAGES), choices=LANGUAGES)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     parser.add_argument("--slurmlab", action="store_true",
-                        help="run the notebooks next to the test suite's two-node SLURM cluster "
-                             "(tests/slurmlab.py; root), so that 05 really submits its job")
+                        help="run the notebooks on the login node of the test suite's two-node SLURM "
+                             "cluster (tests/slurmlab.py; root), so that 05 really submits its jobs")
     args = parser.parse_args(argv)
     if args.slurmlab:
         sys.path.insert(0, str(HERE.parent / "tests"))
+        import subprocess
+
         from slurmlab import SlurmLab
         with SlurmLab() as lab:
-            os.environ.update(lab.env)  # the kernels inherit PATH (lab wrappers first) and SLURM_CONF
-            os.environ.setdefault("DDP_TUTORIAL_SLURM_GPUS", "0")  # the lab's GPUs are stand-ins
-            return _build(args, parser)
+            # The kernels run on the lab's login node (its hub namespace, which the nodes reach):
+            # PATH with the lab's wrappers first, SLURM_CONF, and the GPUs of the lab are stand-ins.
+            env = dict(lab.env, DDP_TUTORIAL_SLURM_GPUS=os.environ.get("DDP_TUTORIAL_SLURM_GPUS", "0"))
+            rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--slurmlab"]
+            return subprocess.run(lab.login_command([sys.executable, str(Path(__file__).resolve()), *rest]),
+                                  env=env).returncode
     return _build(args, parser)
 
 

@@ -9,6 +9,9 @@
 * one ``slurmd`` per node inside its namespace, under ``unshare --uts --mount``
   so it has its own host name (``n1``/``n2``) and sees a bind-mounted
   ``/etc/hosts`` naming every node (so ``MASTER_ADDR=n1`` resolves in a job);
+* a *login node*: the hub namespace doubles as one (:meth:`SlurmLab.login_command`), so a
+  process started there — a notebook's ipyparallel controller — listens on an address the
+  nodes can reach (10.233.0.254);
 * fake GPUs: character devices made with ``mknod`` (copies of /dev/null) listed
   in ``gres.conf``, so ``--gres=gpu:N`` is accepted and jobs get
   ``CUDA_VISIBLE_DEVICES`` as on real hardware.
@@ -374,6 +377,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             ["nsenter", f"--net=/run/netns/{self.node_ns[node]}", *cmd],
             env=self.env, capture_output=True, text=True, timeout=timeout,
         )
+
+    def login_command(self, cmd: Sequence[str]) -> List[str]:
+        """``cmd`` as run on the lab's *login node*: the hub's network namespace, where
+        slurmctld runs and which every node reaches at 10.233.0.254 (so a server started
+        there, such as an ipyparallel controller, is reachable from the jobs). Run it with
+        ``env=lab.env``."""
+        return ["nsenter", f"--net=/run/netns/{self.hub_ns}", *cmd]
 
     def queue(self) -> List[str]:
         """Job ids still pending or running."""

@@ -542,3 +542,152 @@ def test_four_jobs_at_once_on_one_node(slurm_cluster, cluster_data, tmp_path):
         assert slurm.read_result(job, env=lab.env)["world_size"] == 2
         ports.add(re.search(r"master n1:(\d+)", log).group(1))
     assert len(ports) == 4
+
+
+# ------------------------------------------------------------------------------------------
+# ipyparallel engines through SLURM (ddp_tutorial.ipp.start_slurm): a notebook on a login node
+
+
+def test_engine_script_for_gpu_nodes(tmp_path):
+    """The engines' job for 2 palamut-cuda nodes: one engine (task) per GPU, the profile's cores,
+    and exactly one gap left for ipyparallel to fill; braces and shell syntax in our values
+    reach the script as text."""
+    from ipyparallel.cluster.launcher import EvalFormatter
+
+    canary = tmp_path / "canary"
+    note = f"${{HOME}} {{n}} $(touch {canary}); `touch {canary}`"
+    template = slurm.render_engines(slurm.JobSpec.from_profile(
+        "palamut-cuda", nodes=2, account="acc1", time="01:00:00", env=(("DDP_NOTE", note),)))
+    assert template.count("{program_and_args}") == 1
+    script = EvalFormatter().format(template, program_and_args=f"{sys.executable} -m ipyparallel.engine")
+    for line in ("--partition=palamut-cuda", "--account=acc1", "--nodes=2", "--ntasks-per-node=8",
+                 "--gres=gpu:8", "--cpus-per-task=16", "--time=01:00:00"):
+        assert f"#SBATCH {line} " in script, line
+    assert f"srun --kill-on-bad-exit=0 {sys.executable} -m ipyparallel.engine" in script
+    assert bash_n(script, tmp_path).returncode == 0
+    # The exported value comes back exactly, and nothing in it ran.
+    path = tmp_path / "engines.sh"
+    path.write_text(script.split("# ---- environment")[0] + 'printf "%s" "$DDP_NOTE"\n')
+    shown = subprocess.run([BASH, str(path)], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert shown.stdout == note and not canary.exists()
+
+
+def test_engine_script_for_cpu_nodes_and_bad_values(tmp_path):
+    spec = slurm.JobSpec(nodes=3, nproc_per_node=2, cpus_per_process=4, time="00:20:00")
+    template = slurm.render_engines(spec)
+    assert "#SBATCH --ntasks-per-node=2 " in template and "--gres" not in template
+    assert "export OMP_NUM_THREADS=4" in template
+    with pytest.raises(TutorialError) as caught:
+        slurm.render_engines(slurm.JobSpec(nodes=2, partition="gpu; rm -rf ~"))
+    assert caught.value.key == "slurm.bad_value"
+
+
+def test_start_slurm_refuses_before_submitting(tmp_path, monkeypatch):
+    """Bad values and a missing SLURM are clear errors, in both languages, before anything runs."""
+    from ddp_tutorial import ipp
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    with pytest.raises(TutorialError) as caught:
+        ipp.start_slurm(nodes=2, engines_per_node=2, run_dir=str(tmp_path))
+    assert caught.value.key == "slurm.missing" and "sbatch" in str(caught.value)
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    with pytest.raises(TutorialError) as caught:
+        ipp.start_slurm(nodes=0, run_dir=str(tmp_path))
+    assert caught.value.key == "slurm.bad_value" and "Geçersiz nodes=0" in str(caught.value)
+    with pytest.raises(TutorialError) as caught:
+        ipp.start_slurm(nodes=1, gpus_per_node=2, engines_per_node=3, run_dir=str(tmp_path))
+    assert caught.value.key == "slurm.gpu_cpu_conflict"
+    assert ipp.current() is None
+
+
+def test_controller_address_from_slurm_config():
+    from ddp_tutorial import ipp_slurm
+
+    assert ipp_slurm.slurmctld_host("SlurmctldHost[0]        = slabctl(10.233.0.254)\n") == "10.233.0.254"
+    assert ipp_slurm.slurmctld_host("Foo = 1\nSlurmctldHost[0] = levrek1\n") == "levrek1"
+    assert ipp_slurm.slurmctld_host("nothing here") is None
+    assert ipp_slurm.address_towards("127.0.0.1") is None  # loopback: the nodes could not reach it
+    with pytest.raises(TutorialError) as caught:
+        ipp_slurm._check_address("10.255.255.77")  # not an address of this machine
+    assert caught.value.key == "ipp.slurm_bad_address"
+
+
+def test_templates_are_installed_with_the_package(tmp_path):
+    """A plain (non-editable) install carries the sbatch templates: they are package data."""
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import zipfile
+
+    (wheel,) = tmp_path.glob("ddp_tutorial-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in [*slurm.TEMPLATES.values(), slurm.ENGINES_TEMPLATE, "README.md"]:
+        assert f"ddp_tutorial/sbatch/{name}" in names, sorted(names)
+
+
+@pytest.fixture(scope="module")
+def ipp_on_slurm(slurm_cluster, cluster_data, tmp_path_factory):
+    """tests/ipp_slurm_driver.py, run on the lab's login node: engines through SLURM, training,
+    and two failures. Returns what it reported."""
+    lab = slurm_cluster
+    base = tmp_path_factory.mktemp("ipp-slurm")
+    out = base / "report.json"
+    env = dict(lab.env, IPYTHONDIR=str(base / "ipython"), PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en")
+    began = time.monotonic()
+    proc = subprocess.run(lab.login_command([sys.executable, str(REPO / "tests" / "ipp_slurm_driver.py"),
+                                             str(out), str(base / "runs"), str(cluster_data)]),
+                          env=env, capture_output=True, text=True, timeout=600, cwd=str(REPO))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and out.exists(), output
+    report = json.loads(out.read_text())
+    report.update(output=output, seconds=time.monotonic() - began, ipython_dir=str(base / "ipython"))
+    return report
+
+
+@pytest.mark.slurm
+def test_ipp_engines_started_through_slurm_train_across_nodes(ipp_on_slurm, template_jobs, slurm_cluster):
+    """#4.6: from the login node, 2 nodes × 2 engines through SLURM; the controller listens on the
+    login node's address on the nodes' network; ranks follow SLURM's task order; the training on
+    them gives the same weights as the sbatch templates' jobs (same seed, world size 4)."""
+    r = ipp_on_slurm
+    assert "the controller listens on 10.233.0.254" in r["output"], r["output"]
+    assert r["hosts"] == ["n1", "n1", "n2", "n2"] and r["local_ranks"] == [0, 1, 0, 1]
+    assert r["master_addr"] == "n1"
+    assert [(w["rank"], w["host"], w["local_rank"], w["world_size"]) for w in r["where"]] == [
+        (0, "n1", 0, 4), (1, "n1", 1, 4), (2, "n2", 0, 4), (3, "n2", 1, 4)]
+    assert {w["sum"] for w in r["where"]} == {10.0}  # 1 + 2 + 3 + 4, all-reduced across the nodes
+    train = r["train"]
+    assert [t["rank"] for t in train] == [0, 1, 2, 3] and {t["world_size"] for t in train} == {4}
+    assert {t["num_nodes"] for t in train} == {2}
+    assert train[0]["test_accuracy"] > 70
+    assert len({t["weights_sha256"] for t in train}) == 1
+    digests = {j["result"]["weights_sha256"] for j in template_jobs["jobs"].values() if j["result"]}
+    assert digests == {train[0]["weights_sha256"]}, (digests, train[0])
+    assert r["same_engines"]
+
+
+@pytest.mark.slurm
+def test_ipp_slurm_failures_are_clear_and_leave_nothing(ipp_on_slurm, slurm_cluster):
+    """A rank killed mid-collective: one clear error naming it, well before the process group's
+    timeout, and the engines' job ended. A controller the nodes cannot reach: a clear error
+    saying so, the job cancelled. Afterwards: no job in the queue and no engine process left."""
+    r = ipp_on_slurm
+    died = r["died"]
+    assert died["key"] == "ipp.failed" and "rank 2" in died["message"], died
+    assert died["seconds"] < 60, died
+    assert not r["after_death_current"]
+    unreachable = r["unreachable"]
+    # The engines either give up connecting (the job fails) or wait: both are reported as such.
+    assert unreachable["key"] in ("ipp.slurm_start_ended", "ipp.slurm_no_register"), unreachable
+    assert "127.0.0.1" in unreachable["message"] and "controller_ip=" in unreachable["message"]
+    assert not r["unreachable_current"]
+    assert slurm_cluster.queue() == []
+    leftovers = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if r["ipython_dir"] in text:
+            leftovers.append(text)
+    assert not leftovers, leftovers

@@ -1,0 +1,388 @@
+"""Step 10b — the notebook's engines on a SLURM allocation, across nodes.
+
+On a cluster the notebook runs on a login node, which has no GPUs to train on. ipyparallel
+can start its engines *through SLURM*: the controller stays next to the notebook, and one
+SLURM job runs one engine per GPU (or per CPU process) on the nodes it is given. This module
+
+1. renders the job's script from ``slurm/ipengines.sbatch`` with the same validated
+   parameters as the training templates (site profile, nodes, GPUs, cores, time, account,
+   module / conda / venv set-up — :func:`ddp_tutorial.slurm.render_engines`) and hands it to
+   ipyparallel's ``SlurmEngineSetLauncher``, which submits it with ``sbatch``;
+2. makes the controller listen on an address the compute nodes can reach: by default the
+   address of this machine on the route to the SLURM controller (``SlurmctldHost``), which is
+   the cluster's internal network; ``controller_ip=`` overrides it;
+3. watches the job while the engines come up: it prints the job's state (``PENDING (reason:
+   Resources)`` → ``RUNNING``), fails clearly if the job ends, stays pending too long, or its
+   engines never reach the controller — and cancels the job in each case;
+4. asks every engine where it runs (``SLURMD_NODENAME``, ``SLURM_PROCID``, ``SLURM_LOCALID``)
+   and orders the ranks by ``SLURM_PROCID``: rank 0 is the first task on the first node, its
+   node is ``MASTER_ADDR``, and ``SLURM_LOCALID`` is the local rank (the GPU on that node).
+
+After :func:`start`, :func:`ddp_tutorial.ipp.train` and :func:`ddp_tutorial.ipp.run` use these
+engines (world size = number of engines), and :func:`ddp_tutorial.ipp.stop` ends the job, which
+gives the allocation back. Keep ``keep=True`` in between, or each call ends the job.
+
+    from ddp_tutorial import ipp
+    ipp.start_slurm(nodes=2, profile="palamut-cuda", account="myaccount", time="01:00:00")
+    results = ipp.train(TrainConfig(epochs=1), keep=True)   # world size 16 across two nodes
+    ipp.stop()                                              # scancel: the nodes are free again
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from . import ipp, slurm
+from .i18n import TutorialError, register, t
+
+register(
+    {
+        "ipp.slurm_submitted": {
+            "en": "submitted SLURM job {job_id}: {n} engine(s) on {nodes} node(s); the controller listens on "
+                  "{address} · script {script}",
+            "tr": "{job_id} numaralı SLURM işi gönderildi: {nodes} düğümde {n} motor; denetleyici {address} "
+                  "adresinde dinliyor · betik {script}",
+        },
+        "ipp.slurm_started": {
+            "en": "{n} engine(s) registered in {seconds:.1f} s on {hosts} (job {job_id}, device {device}); "
+                  "rank 0 on {master}",
+            "tr": "{n} motor {seconds:.1f} s içinde kaydoldu: {hosts} (iş {job_id}, cihaz {device}); "
+                  "rank 0: {master}",
+        },
+        "ipp.slurm_job_ended": {
+            "en": "the engines' SLURM job {job_id} ended ({state}); the last lines of its log {log}:\n{tail}",
+            "tr": "motorların {job_id} numaralı SLURM işi sona erdi ({state}); {log} günlüğünün son satırları:\n"
+                  "{tail}",
+        },
+        "ipp.slurm_pending_timeout": {
+            "en": "SLURM job {job_id} was still {state}{reason} after {seconds:.0f} s, so it was cancelled. The "
+                  "cluster is busy or the request is too large: try fewer nodes or a shorter time, or wait "
+                  "longer with queue_timeout=.",
+            "tr": "{job_id} numaralı SLURM işi {seconds:.0f} s sonra hâlâ {state}{reason} durumundaydı; bu yüzden "
+                  "iptal edildi. Küme meşgul ya da istek çok büyük: daha az düğüm ya da daha kısa bir süre "
+                  "isteyin veya queue_timeout= ile daha uzun bekleyin.",
+        },
+        "ipp.slurm_start_ended": {
+            "en": "SLURM job {job_id} ended ({state}) before its engines were ready ({got} of {n} had reached the "
+                  "controller at {address}). If the log says the engines could not connect or register, the "
+                  "compute nodes cannot reach that address: pass controller_ip= an address of this machine on "
+                  "the cluster's internal network. The last lines of the job's log {log}:\n{tail}",
+            "tr": "{job_id} numaralı SLURM işi, motorları hazır olmadan sona erdi ({state}; {n} motordan {got} "
+                  "tanesi {address} adresindeki denetleyiciye ulaşmıştı). Günlük motorların bağlanamadığını ya da "
+                  "kaydolamadığını söylüyorsa hesaplama düğümleri bu adrese erişemiyor: controller_ip= ile bu "
+                  "makinenin kümenin iç ağındaki adresini verin. İşin {log} günlüğünün son satırları:\n{tail}",
+        },
+        "ipp.slurm_no_register": {
+            "en": "SLURM job {job_id} is running, but only {got} of {n} engine(s) reached the controller at "
+                  "{address} within {seconds:.0f} s. The compute nodes must be able to reach this address: pass "
+                  "controller_ip= an address of this machine on the cluster's internal network. The job was "
+                  "cancelled; its log {log}:\n{tail}",
+            "tr": "{job_id} numaralı SLURM işi çalışıyor ama {n} motordan yalnızca {got} tanesi {seconds:.0f} s "
+                  "içinde {address} adresindeki denetleyiciye ulaştı. Hesaplama düğümleri bu adrese "
+                  "erişebilmeli: controller_ip= ile bu makinenin kümenin iç ağındaki adresini verin. İş iptal "
+                  "edildi; günlüğü {log}:\n{tail}",
+        },
+        "ipp.slurm_gone": {
+            "en": "The SLURM engines are no longer usable ({why}); they were stopped. Start new ones with "
+                  "ipp.start_slurm(...).",
+            "tr": "SLURM motorları artık kullanılamıyor ({why}); durduruldular. ipp.start_slurm(...) ile "
+                  "yenilerini başlatın.",
+        },
+        "ipp.slurm_too_few": {
+            "en": "{n} engines were asked for, but the SLURM job has {size}. Ask for at most {size}, or ipp.stop() "
+                  "and ipp.start_slurm() with more nodes.",
+            "tr": "{n} motor istendi ama SLURM işinde {size} motor var. En fazla {size} isteyin ya da ipp.stop() "
+                  "ile durdurup ipp.start_slurm() ile daha çok düğüm isteyin.",
+        },
+        "ipp.slurm_not_cuda": {
+            "en": "GPU training was asked for, but the SLURM engines have no GPUs (started with gpus_per_node=0).",
+            "tr": "GPU ile eğitim istendi ama SLURM motorlarının GPU'su yok (gpus_per_node=0 ile başlatıldılar).",
+        },
+        "ipp.slurm_lost": {
+            "en": "the controller lost this engine (job {job_id}: {state})",
+            "tr": "denetleyici bu motoru kaybetti (iş {job_id}: {state})",
+        },
+        "ipp.slurm_job_state": {
+            "en": "job {job_id} is {state}",
+            "tr": "iş {job_id} durumu {state}",
+        },
+        "ipp.stopped_slurm": {
+            "en": "stopped the ipyparallel engines; their SLURM job {job_id} has ended",
+            "tr": "ipyparallel motorları durduruldu; {job_id} numaralı SLURM işleri sona erdi",
+        },
+        "ipp.slurm_bad_address": {
+            "en": "controller_ip={value!r} is not an IPv4 address of this machine ({detail}).",
+            "tr": "controller_ip={value!r} bu makinenin bir IPv4 adresi değil ({detail}).",
+        },
+    }
+)
+
+QUEUE_TIMEOUT = 900.0     # seconds a job may stay PENDING before start() gives up and cancels it
+REGISTER_TIMEOUT = 180.0  # seconds from RUNNING until every engine has reached the controller
+POLL_SECONDS = 1.0        # how often start() looks at the job and the engines
+SLURMCTLD_PORT = 6817     # only used to ask the kernel which interface routes to the controller
+LOG_TAIL = 15             # log lines shown when the job fails
+
+
+# --------------------------------------------------------------------------------------
+# Where the controller listens
+
+
+def slurmctld_host(config_text: str) -> Optional[str]:
+    """The SLURM controller's address (or name) from ``scontrol show config``:
+    ``SlurmctldHost[0] = name(10.0.0.1)`` → ``10.0.0.1``; ``= name`` → ``name``."""
+    m = re.search(r"^SlurmctldHost\[0\]\s*=\s*([^\s(]+)(?:\(([^)\s]+)\))?", config_text, re.M)
+    if not m:
+        m = re.search(r"^ControlAddr\s*=\s*(\S+)()", config_text, re.M)  # older SLURM
+    if not m:
+        return None
+    return m.group(2) or m.group(1)
+
+
+def address_towards(host: str, port: int = SLURMCTLD_PORT) -> Optional[str]:
+    """This machine's address on the route to ``host`` (no packet is sent: a UDP socket
+    is only *connected*, which makes the kernel pick the source address)."""
+    try:
+        target = socket.gethostbyname(host)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, port))
+            mine = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if mine.startswith("127.") or mine == "0.0.0.0" else mine
+
+
+def controller_address(env=None) -> Optional[str]:
+    """An address of this machine that the compute nodes can reach: the one on the route to
+    the SLURM controller (the cluster's internal network). ``None`` when it cannot be told."""
+    try:
+        proc = slurm._run(["scontrol", "show", "config"], env=env, check=False, timeout=30)
+    except TutorialError:
+        return None
+    host = slurmctld_host(proc.stdout) if proc.returncode == 0 else None
+    return address_towards(host) if host else None
+
+
+def _check_address(value: str) -> str:
+    """``controller_ip`` given by the user: an IPv4 address this machine can listen on."""
+    try:
+        socket.inet_aton(value)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((value, 0))
+    except (OSError, TypeError) as error:
+        raise TutorialError("ipp.slurm_bad_address", value=value, detail=str(error)) from None
+    return value
+
+
+# --------------------------------------------------------------------------------------
+# What runs on each engine
+
+
+def _engine_where(cwd: str, paths: List[str]) -> dict:
+    """Join the kernel's folder and import path (shared file system), and say where this engine runs."""
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    environ = os.environ
+    return {
+        "pid": os.getpid(),
+        "host": environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "procid": int(environ.get("SLURM_PROCID", "-1")),
+        "localid": int(environ.get("SLURM_LOCALID", "-1")),
+        "job_id": environ.get("SLURM_JOB_ID"),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Starting
+
+
+def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
+          profile: str = "generic", *, cpus_per_engine: Optional[int] = None, partition: Optional[str] = None,
+          account: Optional[str] = None, qos: Optional[str] = None, time_limit: str = "01:00:00",
+          run_dir: str = "runs", modules: Sequence[str] = (), conda: Optional[str] = None,
+          conda_env: Optional[str] = None, venv: Optional[str] = None, env: Sequence[Tuple[str, str]] = (),
+          job_name: str = "ddp-tutorial-engines", controller_ip: Optional[str] = None,
+          queue_timeout: float = QUEUE_TIMEOUT, register_timeout: float = REGISTER_TIMEOUT) -> ipp.Engines:
+    """Start one engine per GPU (``gpus_per_node``, or the profile's) or ``engines_per_node`` CPU
+    engines on each of ``nodes`` nodes, through one SLURM job; keep them for
+    :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
+
+    ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (partition, GPUs and cores
+    per node). The other keyword arguments are those of :class:`ddp_tutorial.slurm.JobSpec`
+    (``time_limit`` is its ``time``). The job's script and log go to ``run_dir``.
+    """
+    ipp.check_kernel_has_no_cuda()
+    spec = slurm.JobSpec.from_profile(
+        profile, nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node,
+        cpus_per_process=cpus_per_engine, partition=partition, account=account, qos=qos, time=time_limit,
+        run_dir=str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir,
+        modules=tuple(modules), conda=conda, conda_env=conda_env, venv=venv, env=tuple(env), job_name=job_name)
+    template = slurm.render_engines(spec)  # every value checked before anything is submitted
+    if shutil.which("sbatch") is None:
+        raise TutorialError("slurm.missing", command="sbatch")
+    address = _check_address(controller_ip) if controller_ip else controller_address()
+    n, device = spec.world_size, ("cuda" if spec.gpus_per_node else "cpu")
+    ipp.stop()  # one kept cluster at a time
+
+    import ipyparallel
+
+    began = time.perf_counter()
+    run_path = Path(spec.run_dir)
+    run_path.mkdir(parents=True, exist_ok=True)
+    cluster = ipyparallel.Cluster(
+        n=n, engine_launcher_class="slurm", log_level=logging.ERROR,
+        # Listen where the nodes can reach us; "*" (every interface) when no address could be told.
+        controller_ip=address or "*", controller_location=address or "")
+    client, job_id = None, None
+    try:
+        cluster.start_controller_sync()
+        script = run_path / f"ipengines-{cluster.cluster_id}.sbatch"
+        try:
+            set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script))
+        except subprocess.CalledProcessError:
+            slurm.test_only(script)  # sbatch refused the script: ask it why, as a clear error
+            raise
+        job_id = slurm.job_id_of(cluster.engines[set_id].job_id)
+        print(t("ipp.slurm_submitted", job_id=job_id, n=n, nodes=spec.nodes, address=address or "*",
+                script=script), flush=True)
+        client = cluster.connect_client_sync()
+        _wait_for_engines(client, n, job_id, address or "*", queue_timeout, register_timeout)
+        where = {eid: client[eid].apply_sync(_engine_where, os.getcwd(), list(sys.path)) for eid in client.ids}
+    except BaseException:
+        ipp._shutdown(cluster, client, ipp._with_helpers([cluster.controller.pid]) if cluster.controller else [],
+                      force=True, job_id=job_id)
+        raise
+    # Rank order = SLURM's task order: block distribution puts consecutive tasks on one node,
+    # so rank 0 is the first task of the first node and local ranks count up on each node.
+    ordered = sorted((info["procid"], eid) for eid, info in where.items() if info["job_id"] == job_id)
+    ids = [eid for _, eid in ordered][:n]
+    engines = ipp.Engines(
+        cluster=cluster, client=client, ids=ids, pids=[where[e]["pid"] for e in ids], device=device,
+        processes=ipp._with_helpers([cluster.controller.pid]), job_id=job_id,
+        hosts=[where[e]["host"] for e in ids], local_ranks=[where[e]["localid"] for e in ids],
+        master_addr=where[ids[0]]["host"])
+    ipp._keep(engines)
+    hosts = ", ".join(f"{h} ×{engines.hosts.count(h)}" for h in dict.fromkeys(engines.hosts))
+    print(t("ipp.slurm_started", n=n, seconds=time.perf_counter() - began, hosts=hosts, job_id=job_id,
+            device=device, master=engines.master_addr), flush=True)
+    return engines
+
+
+def _log_tail(job_id: str) -> Tuple[str, str]:
+    """(where the job's log is, its last lines)."""
+    try:
+        path = slurm.log_path(job_id)
+        return str(path), slurm.read_log(job_id, tail=LOG_TAIL).rstrip() if path.is_file() else "-"
+    except TutorialError:
+        return "-", "-"
+
+
+def _cancel(job_id: str) -> None:
+    try:
+        slurm.cancel(job_id)
+    except TutorialError:
+        pass  # already gone
+
+
+def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: float,
+                      register_timeout: float) -> None:
+    """Wait until ``n`` engines have registered, printing the job's state changes; raise (after
+    cancelling the job) when the job ends, stays pending too long, or its engines never arrive."""
+    began = time.monotonic()
+    running_since = None
+    last = None
+    while True:
+        got = len(client.ids)
+        if got >= n:
+            return
+        info = slurm.job_info(job_id)
+        if (info.state, info.reason) != last:
+            last = (info.state, info.reason)
+            print(info.describe(), flush=True)
+        now = time.monotonic()
+        if info.finished:
+            log, tail = _log_tail(job_id)
+            raise TutorialError("ipp.slurm_start_ended", job_id=job_id, state=info.state, got=got, n=n,
+                                address=address, log=log, tail=tail)
+        if info.state == "RUNNING":
+            running_since = running_since or now
+            if now - running_since > register_timeout:
+                _cancel(job_id)
+                log, tail = _log_tail(job_id)
+                raise TutorialError("ipp.slurm_no_register", job_id=job_id, got=got, n=n, address=address,
+                                    seconds=register_timeout, log=log, tail=tail)
+        elif now - began > queue_timeout:
+            _cancel(job_id)
+            reason = t("slurm.state.reason", reason=info.reason) if info.reason and info.reason != "None" else ""
+            raise TutorialError("ipp.slurm_pending_timeout", job_id=job_id, state=info.state, reason=reason,
+                                seconds=now - began)
+        time.sleep(POLL_SECONDS)
+
+
+# --------------------------------------------------------------------------------------
+# Used by ddp_tutorial.ipp while the engines are in use
+
+
+def job_ended(engines: ipp.Engines) -> Optional[str]:
+    """A failure text when the engines' job is no longer running, else ``None``."""
+    try:
+        info = slurm.job_info(engines.job_id)
+    except TutorialError:
+        return None  # SLURM did not answer this time: the engines themselves are watched too
+    if info.state in ("RUNNING", "UNKNOWN"):
+        return None
+    log, tail = _log_tail(engines.job_id)
+    return t("ipp.slurm_job_ended", job_id=engines.job_id, state=info.state, log=log, tail=tail)
+
+
+def describe_loss(engines: ipp.Engines) -> str:
+    try:
+        state = slurm.job_info(engines.job_id).state
+    except TutorialError:
+        state = "?"
+    return t("ipp.slurm_lost", job_id=engines.job_id, state=state)
+
+
+def check_usable(engines: ipp.Engines, n: Optional[int], device: str) -> ipp.Engines:
+    """The kept SLURM engines, if they can run ``n`` ranks on ``device``; else a clear error."""
+    why = None
+    if not ipp._alive(engines.cluster.controller.pid):
+        why = t("ipp.cause_controller", pid=engines.cluster.controller.pid)
+    elif not all(engines.alive(rank) for rank in range(engines.size)):
+        why = describe_loss(engines)
+    else:
+        why = job_ended(engines)
+    if why:
+        ipp.stop(force=True)
+        raise TutorialError("ipp.slurm_gone", why=why)
+    n = engines.size if n is None else n
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise TutorialError("ipp.bad_n", n=n)
+    if n > engines.size:
+        raise TutorialError("ipp.slurm_too_few", n=n, size=engines.size)
+    if device == "cuda" and engines.device != "cuda":
+        raise TutorialError("ipp.slurm_not_cuda")
+    return engines
+
+
+def wait_for_job_end(job_id: str, timeout: float = 60.0) -> None:
+    """After ``scancel``: wait until SLURM reports the job finished (its tasks are gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = slurm.job_info(job_id)
+        except TutorialError:
+            return
+        if info.finished or info.state == "UNKNOWN":
+            return
+        time.sleep(0.5)
