@@ -25,7 +25,9 @@ Every run is a fresh set of processes. Two times are kept for each:
 ``--mode scaling`` measures the package's throughput and parallel efficiency versus world
 size, and the time and optimizer steps to reach a target test accuracy (85 % on
 Fashion-MNIST, 97 % on MNIST) with and without ``--scale-lr``: epoch by epoch, resuming from
-the package's checkpoint, testing after every epoch. ``--figure`` draws both.
+the package's checkpoint, testing after every epoch. ``--figure`` draws both;
+:func:`plot_results` redraws a written report (default: the recorded one, :data:`RECORDED`) as a
+matplotlib Figure without measuring — notebooks 04 and 06 show it that way.
 
 Threads: by default every process gets the package's policy — the usable cores divided
 among the processes of the run (``--threads N`` overrides it for all three pipelines).
@@ -52,6 +54,9 @@ from . import comm, gpu
 from .common import busy_fraction, load_average, machine, threads_per_process, usable_cores, write_json
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+# The recorded run of benchmarks/README.md (section 4): 2-core CPU, Fashion-MNIST, --mode all --repeats 5.
+RECORDED = RESULTS / "cpu-2core-fashion-mnist.json"
 VARIANTS = ("seed", "package", "bound")
 TARGET_ACCURACY = {"fashion-mnist": 85.0, "mnist": 97.0}
 # The goals of the benchmark issue, on a 2-core CPU machine.
@@ -419,48 +424,76 @@ def print_scaling(o, throughput: dict, curves: List[dict]) -> None:
             print(f"{c['world_size']:>5}  {lr:<18}  {t('bench.not_reached', epochs=len(c['epochs'])):<30}  {accs}")
 
 
-def draw_figure(path: Path, target: float, throughput: dict, curves: List[dict]) -> None:
-    """Left: samples/s against world size (with the linear ideal); right: accuracy against training time."""
-    import matplotlib
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+def scaling_figure(target: float, throughput: dict, curves: List[dict], lang: Optional[str] = None):
+    """The scaling figure as a :class:`matplotlib.figure.Figure`. Left: samples/s against world size
+    (with the linear ideal and the parallel efficiency); right: test accuracy against training time,
+    with the optimizer steps it took to reach ``target``. Labels in ``lang`` (default: ``DDP_TUTORIAL_LANG``).
+
+    The figure is not registered with pyplot, so this needs no display and changes no backend: a notebook
+    shows it inline when it is a cell's value (or given to ``display``), a script saves it."""
+    from matplotlib.figure import Figure
+
+    def say(key, **fields):
+        return t(key, lang=lang, **fields)
 
     worlds = [int(w) for w in throughput]
     rates = [throughput[str(w)]["samples_per_second"] for w in worlds]
     base = rates[0] / worlds[0]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    left.plot(worlds, [base * w for w in worlds], "--", color="grey", label=t("plot.ideal"))
-    left.plot(worlds, rates, "o-", label=t("plot.measured"))
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    left.plot(worlds, [base * w for w in worlds], "--", color="grey", label=say("plot.ideal"))
+    left.plot(worlds, rates, "o-", label=say("plot.measured"))
     for w, r in zip(worlds, rates):
-        left.annotate(t("plot.efficiency", eff=100 * throughput[str(w)]["efficiency"]), (w, r),
+        left.annotate(say("plot.efficiency", eff=100 * throughput[str(w)]["efficiency"]), (w, r),
                       textcoords="offset points", xytext=(4, -12), fontsize=8)
     left.set_xticks(worlds)
-    left.set_xlabel(t("plot.world"))
-    left.set_ylabel(t("plot.throughput"))
-    left.set_title(t("plot.title_throughput"))
+    left.set_xlabel(say("plot.world"))
+    left.set_ylabel(say("plot.throughput"))
+    left.set_title(say("plot.title_throughput"))
     left.set_ylim(bottom=0)
     left.legend()
 
     for c in curves:
-        xs = [0.0] + [p["train_seconds"] for p in c["epochs"]]
-        ys = [None] + [p["test_accuracy"] for p in c["epochs"]]
-        right.plot(xs[1:], ys[1:], "o-" if not c["scale_lr"] else "s--",
-                   label=t("plot.curve", world=c["world_size"], lr=c["lr"]))
+        xs = [p["train_seconds"] for p in c["epochs"]]
+        ys = [p["test_accuracy"] for p in c["epochs"]]
+        right.plot(xs, ys, "o-" if not c["scale_lr"] else "s--",
+                   label=say("plot.curve", world=c["world_size"], lr=c["lr"]))
         if c["reached"]:  # how many optimizer steps it took
-            right.annotate(t("plot.steps", steps=c["reached"]["steps"]),
+            right.annotate(say("plot.steps", steps=c["reached"]["steps"]),
                            (c["reached"]["train_seconds"], c["reached"]["test_accuracy"]),
                            textcoords="offset points", xytext=(-10, 6), fontsize=8, ha="right")
-    right.axhline(target, color="grey", linestyle=":", label=t("plot.target", target=target))
-    right.set_xlabel(t("plot.train_time"))
-    right.set_ylabel(t("plot.accuracy"))
-    right.set_title(t("plot.title_accuracy"))
+    right.axhline(target, color="grey", linestyle=":", label=say("plot.target", target=target))
+    right.set_xlabel(say("plot.train_time"))
+    right.set_ylabel(say("plot.accuracy"))
+    right.set_title(say("plot.title_accuracy"))
     right.set_xlim(left=0)
     right.margins(y=0.15)  # room for the step labels
     right.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def draw_figure(path: Path, target: float, throughput: dict, curves: List[dict], lang: Optional[str] = None) -> None:
+    """Write :func:`scaling_figure` to ``path`` (PNG)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    scaling_figure(target, throughput, curves, lang).savefig(path, dpi=110)
+
+
+def load_results(path=RECORDED) -> dict:
+    """A report written by ``--json`` (default: the recorded 2-core CPU run, :data:`RECORDED`)."""
+    report = json.loads(Path(path).read_text(encoding="utf-8"))
+    if "scaling" not in report or "time_to_accuracy" not in report:
+        raise ValueError(f"{path} has no scaling results: it was not written by --mode scaling or --mode all")
+    return report
+
+
+def plot_results(path=RECORDED, lang: Optional[str] = None):
+    """The scaling figure of a recorded report (default :data:`RECORDED`), as a Figure — what notebook 06
+    shows; ``--figure`` draws the same from a fresh run."""
+    report = load_results(path)
+    tta = report["time_to_accuracy"]
+    return scaling_figure(tta["target"], report["scaling"], tta["curves"], lang)
 
 
 # --------------------------------------------------------------------------------------

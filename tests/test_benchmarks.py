@@ -107,3 +107,73 @@ def test_benchmark_messages_exist_in_both_languages_with_the_same_fields():
         assert fields["en"] == fields["tr"], key
         if len(texts["en"]) > 25:
             assert texts["en"] != texts["tr"], f"{key} is not translated"
+
+
+# --------------------------------------------------------------------------------------
+# The recorded scaling figure, and the notebooks that show it (issue #5: "used by notebook 04/06")
+
+NOTEBOOK_SOURCES = REPO / "notebooks" / "src"
+
+
+def _code_cells(prefix):
+    """The code cells of ``notebooks/src/<prefix>_*.cells`` (the same code in both languages)."""
+    (source,) = NOTEBOOK_SOURCES.glob(f"{prefix}_*.cells")
+    blocks = source.read_text(encoding="utf-8").split("\n=== ")
+    return [block.split("\n", 1)[1] for block in blocks if block.startswith("code")]
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_plot_results_draws_the_recorded_json(lang, tmp_path):
+    from benchmarks import throughput
+
+    report = throughput.load_results()  # default: the recorded run of benchmarks/README.md
+    assert throughput.RECORDED.is_file() and throughput.RECORDED.parent == REPO / "benchmarks" / "results"
+    fig = throughput.plot_results(throughput.RECORDED, lang=lang)
+    assert fig.canvas.manager is None  # not a pyplot figure: no backend switched, nothing left open
+    left, right = fig.axes
+    assert left.get_title() == i18n.t("plot.title_throughput", lang=lang)
+    assert right.get_title() == i18n.t("plot.title_accuracy", lang=lang)
+    measured = [line for line in left.get_lines() if line.get_label() == i18n.t("plot.measured", lang=lang)]
+    assert list(measured[0].get_ydata()) == pytest.approx(
+        [row["samples_per_second"] for row in report["scaling"].values()])
+    curves = report["time_to_accuracy"]["curves"]
+    labels = [line.get_label() for line in right.get_lines()]  # one curve per setting, and the target line
+    assert labels == [i18n.t("plot.curve", lang=lang, world=c["world_size"], lr=c["lr"]) for c in curves] + [
+        i18n.t("plot.target", lang=lang, target=report["time_to_accuracy"]["target"])]
+    out = tmp_path / "figure.png"
+    fig.savefig(out, dpi=50)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # draw_figure (what --figure writes) draws the same figure to a file.
+    again = tmp_path / "sub" / "again.png"
+    throughput.draw_figure(again, report["time_to_accuracy"]["target"], report["scaling"], curves, lang=lang)
+    assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_results_refuses_a_report_without_scaling(tmp_path):
+    from benchmarks import throughput
+
+    table_only = tmp_path / "table.json"
+    table_only.write_text(json.dumps({"table": {}}))
+    with pytest.raises(ValueError, match="no scaling results"):
+        throughput.plot_results(table_only)
+
+
+@pytest.mark.parametrize("prefix", ["04", "06"])
+def test_notebook_shows_the_benchmarks_recorded_figure(prefix):
+    """Notebooks 04 and 06 draw the benchmark's own figure from the recorded JSON, not only a live plot."""
+    import nbformat
+    from benchmarks import throughput
+
+    cells = [c for c in _code_cells(prefix) if "throughput.plot_results(" in c]
+    assert cells, f"notebook {prefix} no longer draws benchmarks.throughput.plot_results"
+    (cell,) = cells
+    assert "from benchmarks import throughput" in cell
+    assert '"results" / "cpu-2core-fashion-mnist.json"' in cell
+    assert throughput.RECORDED.name == "cpu-2core-fashion-mnist.json"  # the file the cell reads exists
+    # …and the stored notebooks show the figure (a PNG in that cell's output) in both languages.
+    for lang in ("en", "tr"):
+        (path,) = (REPO / "notebooks" / lang).glob(f"{prefix}_*.ipynb")
+        stored = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source == cell]
+        assert stored and any("image/png" in o.get("data", {}) for o in stored[0].outputs), \
+            f"{lang}/{path.name}: no recorded figure in the stored outputs; run notebooks/build.py --execute {prefix}"
