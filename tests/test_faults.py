@@ -393,7 +393,7 @@ def test_a_killed_node_parent_takes_its_ranks_along(slow_root, jobs, tmp_path):
 # --------------------------------------------------------------------------------------
 # Preemption: SIGUSR1 → checkpoint at a step boundary → exit 75 → resume → same weights
 
-PREEMPT_EPOCHS = 3   # interrupted in epoch 1, so the resumed run also crosses an epoch boundary
+PREEMPT_EPOCHS = 4   # interrupted in epoch 1 or 2, so the resumed run also crosses an epoch boundary
 
 
 def test_exit_code_constant():
@@ -432,7 +432,7 @@ def _preempt(jobs_: List[Job], launcher: str, root: Path, folder: Path) -> dict:
         started = [start(jobs_, SPAWN + ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", *args],
                          folder, f"spawn node {node}", MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for node in (0, 1)]
     started[0].wait_for(r"loss at rank 0 is .*\(epoch 0,")
-    time.sleep(0.7)  # into epoch 1 (≈2–4 s long here)
+    time.sleep(0.3)  # into epoch 1 (≈1–4 s long here, depending on the load)
     if launcher == "train":
         target = _spawn_rank_pid(started[0], 1)   # a rank: SIGUSR1 on any rank stops them all
     else:
@@ -444,11 +444,11 @@ def _preempt(jobs_: List[Job], launcher: str, root: Path, folder: Path) -> dict:
     assert len(re.findall(r"stop requested \(SIGUSR1\)", output)) == 2, output
     state = torch.load(folder / "ckpt" / "checkpoint.pt", map_location="cpu", weights_only=True)
     steps_per_epoch = 16384 // 2 // 32
-    # Ranks agree to stop every 10 steps: the signal sent in epoch 1 stops there, or — when it lands in
-    # the last few steps of the epoch — at the start of epoch 2. Either way mid-run, not at the end.
+    # Ranks agree to stop every 10 steps. The signal is sent early in epoch 1, but how far the ranks get
+    # before it lands depends on the machine's load (an epoch takes 1–4 s): it must stop them in epoch 1
+    # or 2 — after a finished epoch and with at least one epoch boundary still ahead for the resumed run.
     position = state["epoch"] * steps_per_epoch + state["step"]
-    assert steps_per_epoch < position <= 2 * steps_per_epoch and state["epoch"] < PREEMPT_EPOCHS, (
-        state["epoch"], state["step"], output)
+    assert steps_per_epoch < position < (PREEMPT_EPOCHS - 1) * steps_per_epoch, (state["epoch"], state["step"], output)
     return dict(folder=folder, epoch=state["epoch"], step=state["step"], output=output)
 
 
