@@ -236,28 +236,15 @@ def start_slurm(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per
     :func:`train` and :func:`run` (one engine per GPU, or ``engines_per_node`` CPU engines per
     node; ``options``: partition, account, time_limit, modules, conda/venv, controller_ip …).
     See :mod:`ddp_tutorial.ipp_slurm`; :func:`stop` ends the job."""
+    return _slurm().start(nodes, engines_per_node, gpus_per_node, profile, **options)
+
+
+def _slurm():
+    """:mod:`ddp_tutorial.ipp_slurm`, imported when first needed (it imports this module)."""
     from . import ipp_slurm
-    return ipp_slurm.start(nodes, engines_per_node, gpus_per_node, profile, **options)
+    return ipp_slurm
 
 
-def _use_slurm_engines(engines: Engines, n: Optional[int], device: str) -> Engines:
-    from . import ipp_slurm
-    return ipp_slurm.check_usable(engines, n, device)
-
-
-def _slurm_job_ended(engines: Engines) -> Optional[str]:
-    from . import ipp_slurm
-    return ipp_slurm.job_ended(engines)
-
-
-def _describe_slurm_loss(engines: Engines) -> str:
-    from . import ipp_slurm
-    return ipp_slurm.describe_loss(engines)
-
-
-def _wait_for_job_end(job_id: str) -> None:
-    from . import ipp_slurm
-    ipp_slurm.wait_for_job_end(job_id)
 
 
 def _alive(pid: int) -> bool:
@@ -292,7 +279,7 @@ def start(n: Optional[int] = None, device: str = "auto") -> Engines:
     global _current
     check_kernel_has_no_cuda()
     if _current is not None and _current.on_slurm:  # engines on a SLURM allocation: use them
-        return _use_slurm_engines(_current, n, device)
+        return _slurm().check_usable(_current, n, device)
     gpus = gpu_count() if device != "cpu" else 0
     if device == "cuda" and not gpus:
         raise TutorialError("device.no_gpu")
@@ -401,7 +388,7 @@ def _shutdown(cluster, client, processes: List[Any], force: bool = False, job_id
     except Exception:  # noqa: BLE001   SLURM engines: scancel of their job)
         pass
     if job_id is not None:
-        _wait_for_job_end(job_id)
+        _slurm().wait_for_job_end(job_id)
     return _kill(processes)
 
 
@@ -543,7 +530,7 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
             ar = pending[rank]
             if not engines.alive(rank):  # first: a dead engine is the cause, not a symptom
                 del pending[rank]
-                how = _describe_slurm_loss(engines) if engines.on_slurm else _describe_exit(engines, pids[rank])
+                how = _slurm().describe_loss(engines) if engines.on_slurm else _describe_exit(engines, pids[rank])
                 failures.append((0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank], how=how)))
             elif ar.ready():
                 del pending[rank]
@@ -560,7 +547,7 @@ def _run_everywhere(engines: Engines, n: int, make_call: Callable[[int], tuple],
         now = time.monotonic()
         if engines.on_slurm and pending and now - job_checked > JOB_CHECK_SECONDS:
             job_checked = now
-            ended = _slurm_job_ended(engines)
+            ended = _slurm().job_ended(engines)
             if ended:
                 failures.append((0, ended))
                 break

@@ -179,9 +179,8 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
         stop.uninstall()
 
 
-def _train(config: TrainConfig, env: Optional[DistEnv], stop: StopRequest) -> TrainResult:
-    # 1–2. Who am I, and on which device?
-    env = env or resolve_environment()
+def _train(config: TrainConfig, env: DistEnv, stop: StopRequest) -> TrainResult:
+    # 1–2. Who am I (resolved by train()), and on which device?
     device = choose_device(config.device, env)
     backend = choose_backend(config.backend, device)
     torch.set_num_threads(_threads_for(env, config.threads))

@@ -3,7 +3,6 @@ benchmarks are not tests — see benchmarks/README.md for the measured figures).
 
 import json
 import os
-import string
 import subprocess
 import sys
 from pathlib import Path
@@ -95,18 +94,6 @@ def test_unstaged_data_is_a_clear_error_in_turkish(tmp_path):
     assert "hata:" in done.stderr and "ddp-tutorial data prepare" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "x.json").exists()
-
-
-def test_benchmark_messages_exist_in_both_languages_with_the_same_fields():
-    import benchmarks.comm, benchmarks.gpu, benchmarks.profile, benchmarks.throughput  # noqa: F401 (register)
-    formatter = string.Formatter()
-    ours = {k: v for k, v in i18n.catalogue().items() if k.startswith(("bench.", "plot."))}
-    assert len(ours) > 40
-    for key, texts in ours.items():
-        fields = {lang: {f for _, f, _, _ in formatter.parse(texts[lang]) if f} for lang in i18n.LANGUAGES}
-        assert fields["en"] == fields["tr"], key
-        if len(texts["en"]) > 25:
-            assert texts["en"] != texts["tr"], f"{key} is not translated"
 
 
 # --------------------------------------------------------------------------------------

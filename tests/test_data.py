@@ -25,7 +25,6 @@ except ImportError:  # tests/ imported as a package
     from tests.idx_files import label_bytes, write_mnist_like
 
 REPO = Path(__file__).resolve().parents[1]
-DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 N_TRAIN, N_TEST = 300, 60
 
 
@@ -120,16 +119,7 @@ def test_prepare_replaces_damaged_files(tmp_path, gz_dir):
     assert data.check("mnist", target) == (N_TRAIN, N_TEST)
 
 
-@pytest.fixture(scope="module")
-def fashion_root(tmp_path_factory) -> Path:
-    if not DEBIAN_FASHION.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{DEBIAN_FASHION} is missing in CI: install the Debian package dataset-fashion-mnist")
-        pytest.skip(f"{DEBIAN_FASHION} absent (apt install dataset-fashion-mnist)")
-    return data.prepare("fashion-mnist", tmp_path_factory.mktemp("fashion"), from_dir=DEBIAN_FASHION,
-                        verbose=False)
-
-
+# fashion_root: the suite's shared fixture (tests/data_fixtures.py), staged once per session.
 def test_fashion_mnist_from_debian(fashion_root):
     train = data.load("fashion-mnist", fashion_root, train=True)
     test = data.load("fashion-mnist", fashion_root, train=False)
