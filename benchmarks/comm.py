@@ -30,34 +30,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp_tutorial.distributed import find_free_port
-from ddp_tutorial.i18n import register, t
+from ddp_tutorial.i18n import t
 from ddp_tutorial.model import DeepNeuralNetwork
 from ddp_tutorial.spawn import run_processes
 
 from .common import write_json
 
 KINDS = ("compute", "ddp", "allreduce", "tiny")
-
-register(
-    {
-        "bench.comm.compute": {"en": "one step, no communication", "tr": "bir adım, iletişimsiz"},
-        "bench.comm.ddp": {"en": "one step through DDP", "tr": "DDP ile bir adım"},
-        "bench.comm.allreduce": {"en": "all-reduce of the gradient alone", "tr": "yalnızca gradyanın all-reduce'u"},
-        "bench.comm.tiny": {"en": "all-reduce of one number", "tr": "tek bir sayının all-reduce'u"},
-        "bench.comm.title": {
-            "en": "Communication at world size {world} (gloo, batch {batch} per rank, {gradient} KB gradient; "
-                  "medians of {rounds} alternating rounds):",
-            "tr": "Dünya boyutu {world} için iletişim (gloo, rank başına {batch} örneklik parti, {gradient} KB "
-                  "gradyan; {rounds} dönüşümlü turun medyanı):",
-        },
-        "bench.comm.summary": {
-            "en": "  DDP adds {overhead:.3f} ms to {compute:.3f} ms of computation per step: world size {world} can "
-                  "give at most {limit:.2f}× the samples/s of one single-threaded rank.",
-            "tr": "  DDP her adımda {compute:.3f} ms'lik hesaplamaya {overhead:.3f} ms ekliyor: dünya boyutu {world}, "
-                  "tek iş parçacıklı tek bir rank'in örnek/s değerinin en çok {limit:.2f} katını verebilir.",
-        },
-    }
-)
 
 
 def _rank(rank: int, world: int, port: int, rounds: int, steps: int, batch: int, out: str) -> None:

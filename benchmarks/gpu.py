@@ -23,26 +23,9 @@ import sys
 
 import torch
 
-from ddp_tutorial.i18n import register, t
+from ddp_tutorial.i18n import t
 
 from .common import write_json
-
-register(
-    {
-        "bench.gpu_title": {
-            "en": "GPU: moving one batch of {bytes} bytes (CUDA events)",
-            "tr": "GPU: {bytes} baytlık bir partiyi taşımak (CUDA olayları)",
-        },
-        "bench.gpu_line": {
-            "en": "  pageable host memory {pageable:.3f} ms, pinned {pinned:.3f} ms, batch cut from data on the "
-                  "device {device:.3f} ms. cuDNN settings are irrelevant here: an MLP has no convolutions.",
-            "tr": "  sayfalanabilir bellekten {pageable:.3f} ms, sabitlenmiş (pinned) bellekten {pinned:.3f} ms, "
-                  "cihazdaki veriden kesilen parti {device:.3f} ms. cuDNN ayarları burada önemsiz: bir MLP'de "
-                  "evrişim (convolution) yok.",
-        },
-        "bench.no_gpu": {"en": "No CUDA GPU here: nothing to measure.", "tr": "Burada CUDA GPU yok: ölçülecek bir şey yok."},
-    }
-)
 
 
 def _timed(function, repeats: int) -> float:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ddp_tutorial.config import TrainConfig
 from ddp_tutorial.distributed import find_free_port, resolve_environment
-from ddp_tutorial.i18n import register, t
+from ddp_tutorial.i18n import t
 from ddp_tutorial.spawn import run_processes
 
 KINDS = {
@@ -34,24 +34,6 @@ KINDS = {
     "data": ("aten::index_select", "aten::to", "aten::_to_copy", "aten::copy_", "aten::div_", "aten::reshape",
              "aten::split", "aten::as_strided"),
 }
-
-
-register(
-    {
-        "bench.profile.rank": {
-            "en": "rank {rank}: {rate:,.0f} samples/s under the profiler ({threads} intra-op thread(s), "
-                  "{steps} steps per epoch)",
-            "tr": "rank {rank}: profil altında {rate:,.0f} örnek/s ({threads} iş parçacığı, epoch başına {steps} adım)",
-        },
-        "bench.profile.share": {
-            "en": "  {kind:<14} {pct:5.1f} % of the operators' own CPU time",
-            "tr": "  {kind:<14} pay: %{pct:.1f} (operatörlerin kendi CPU süresi)",
-        },
-        "bench.profile.compute": {"en": "compute", "tr": "hesaplama"},
-        "bench.profile.communication": {"en": "communication", "tr": "iletişim"},
-        "bench.profile.data": {"en": "data", "tr": "veri"},
-    }
-)
 
 
 def kind_of(name: str) -> str:

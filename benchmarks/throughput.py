@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ddp_tutorial import data as datasets
-from ddp_tutorial.i18n import TutorialError, register, t
+from ddp_tutorial.i18n import TutorialError, t
 
 from . import comm, gpu
 from .common import busy_fraction, load_average, machine, threads_per_process, usable_cores, write_json
@@ -61,117 +61,6 @@ VARIANTS = ("seed", "package", "bound")
 TARGET_ACCURACY = {"fashion-mnist": 85.0, "mnist": 97.0}
 # The goals of the benchmark issue, on a 2-core CPU machine.
 GOALS = {"package_over_seed": 4.0, "package_over_bound": 0.8, "world2_over_world1": 1.7}
-
-register(
-    {
-        "bench.title": {
-            "en": "{dataset}, {epochs} epoch(s), batch {batch} per process, {device}; median of {repeats} run(s)",
-            "tr": "{dataset}, {epochs} epoch, süreç başına {batch} örneklik parti, {device}; {repeats} çalıştırmanın "
-                  "medyanı",
-        },
-        "bench.header": {
-            "en": "world  pipeline   samples/s (median, min-max)   s/epoch   wall s   package/seed  package/bound",
-            "tr": "dünya  yol        örnek/s (medyan, en az-en çok)  s/epoch   duvar s  paket/seed    paket/sınır",
-        },
-        "bench.variant.seed": {"en": "seed", "tr": "seed"},
-        "bench.variant.package": {"en": "package", "tr": "paket"},
-        "bench.variant.bound": {"en": "bound", "tr": "sınır"},
-        "bench.legend": {
-            "en": "samples/s and s/epoch: training loop only (after a barrier, to the end of the last epoch). "
-                  "wall s: the whole command (start-up, data loading, rendezvous, training; no test).\n"
-                  "seed: the seed tutorial's DataLoader pipeline; package: ddp_tutorial.train via its launcher; "
-                  "bound: one process, data in memory, same model and optimizer steps, no DDP.",
-            "tr": "örnek/s ve s/epoch: yalnızca eğitim döngüsü (bir engelden (barrier) son epoch'un sonuna kadar). "
-                  "duvar s: komutun tamamı (başlatma, veri yükleme, buluşma (rendezvous), eğitim; test yok).\n"
-                  "seed: seed eğitimindeki DataLoader yolu; paket: başlatıcısıyla ddp_tutorial.train; "
-                  "sınır: tek süreç, veri bellekte, aynı model ve aynı sayıda optimizer adımı, DDP yok.",
-        },
-        "bench.running": {
-            "en": "[{n}/{total}] {variant} at world size {world} (repetition {rep}; CPUs {busy} busy before)",
-            "tr": "[{n}/{total}] {variant}, dünya boyutu {world} (tekrar {rep}; öncesinde CPU'lar {busy} meşgul)",
-        },
-        "bench.goals": {"en": "Goals (this machine):", "tr": "Hedefler (bu makine):"},
-        "bench.goal": {
-            "en": "  {name}: measured {value:.2f}, goal ≥ {goal} — {verdict}",
-            "tr": "  {name}: ölçülen {value:.2f}, hedef ≥ {goal} — {verdict}",
-        },
-        "bench.goal.package_over_seed": {"en": "package / seed at world 1", "tr": "dünya 1'de paket / seed"},
-        "bench.goal.package_over_bound": {"en": "package / bound at world 1", "tr": "dünya 1'de paket / sınır"},
-        "bench.goal.world2_over_world1": {
-            "en": "package at world 2 / world 1 (aggregate samples/s)",
-            "tr": "paket, dünya 2 / dünya 1 (toplam örnek/s)",
-        },
-        "bench.percent": {"en": "{value:.0f} %", "tr": "%{value:.0f}"},
-        "bench.met": {"en": "met", "tr": "karşılandı"},
-        "bench.missed": {"en": "MISSED by {pct:.0f} %", "tr": "%{pct:.0f} farkla KAÇIRILDI"},
-        "bench.load": {
-            "en": "Load average before / after: {before} / {after} on {cores} usable core(s); other work kept the "
-                  "CPUs {busy} busy between runs (median){warning}",
-            "tr": "Ortalama yük önce / sonra: {before} / {after}, {cores} kullanılabilir çekirdek; çalıştırmalar "
-                  "arasında başka işler CPU'ları {busy} meşgul tuttu (medyan){warning}",
-        },
-        "bench.load_warning": {
-            "en": " — the cores were shared with other work; timings are disturbed",
-            "tr": " — çekirdekler başka işlerle paylaşıldı; ölçümler bozulmuş olabilir",
-        },
-        "bench.oversubscribed": {
-            "en": "note: world size {world} > {cores} usable cores: the ranks share cores",
-            "tr": "not: dünya boyutu {world} > {cores} kullanılabilir çekirdek: rank'ler çekirdekleri paylaşıyor",
-        },
-        "bench.json_written": {"en": "results written to {path}", "tr": "sonuçlar {path} dosyasına yazıldı"},
-        "bench.figure_written": {"en": "figure written to {path}", "tr": "şekil {path} dosyasına yazıldı"},
-        "bench.run_failed": {
-            "en": "A benchmark run failed (exit code {code}): {command}\n{tail}",
-            "tr": "Bir ölçüm çalıştırması başarısız oldu (çıkış kodu {code}): {command}\n{tail}",
-        },
-        "bench.run_timeout": {
-            "en": "A benchmark run took longer than {seconds:.0f} s and was stopped: {command}. "
-                  "Use smaller sizes (--epochs, --train-subset) or a larger --run-timeout.",
-            "tr": "Bir ölçüm çalıştırması {seconds:.0f} s'den uzun sürdü ve durduruldu: {command}. Daha küçük "
-                  "boyutlar (--epochs, --train-subset) ya da daha büyük bir --run-timeout kullanın.",
-        },
-        "bench.too_few_gpus": {
-            "en": "World size {world} needs {world} GPUs on this machine, but it has {count}. "
-                  "Choose --world sizes up to {count}, or --device cpu.",
-            "tr": "{world} dünya boyutu bu makinede {world} GPU gerektirir ama makinede {count} GPU var. "
-                  "En çok {count} olan --world değerleri seçin ya da --device cpu kullanın.",
-        },
-        "bench.scaling_title": {
-            "en": "Scaling of the package (aggregate samples/s; speed-up and efficiency against world size 1)",
-            "tr": "Paketin ölçeklenmesi (toplam örnek/s; dünya boyutu 1'e göre hızlanma ve verimlilik)",
-        },
-        "bench.scaling_header": {
-            "en": "world  samples/s   speed-up  efficiency",
-            "tr": "dünya  örnek/s     hızlanma  verimlilik",
-        },
-        "bench.tta_title": {
-            "en": "Time to {target:.1f} % test accuracy (training time only; tested after every epoch)",
-            "tr": "%{target:.1f} test doğruluğuna ulaşma süresi (yalnızca eğitim süresi; her epoch'tan sonra "
-                  "test edildi)",
-        },
-        "bench.tta_header": {
-            "en": "world  lr                   epochs  steps  seconds  accuracy per epoch",
-            "tr": "dünya  lr                    epoch   adım   saniye  epoch başına doğruluk",
-        },
-        "bench.scaled": {"en": "(--scale-lr)", "tr": "(--scale-lr)"},
-        "bench.not_reached": {
-            "en": "not reached in {epochs} epochs",
-            "tr": "{epochs} epoch'ta ulaşılamadı",
-        },
-        "plot.world": {"en": "world size (processes)", "tr": "dünya boyutu (süreç sayısı)"},
-        "plot.throughput": {"en": "samples/s (all ranks)", "tr": "örnek/s (tüm rank'ler)"},
-        "plot.ideal": {"en": "ideal (linear)", "tr": "ideal (doğrusal)"},
-        "plot.measured": {"en": "measured", "tr": "ölçülen"},
-        "plot.efficiency": {"en": "efficiency {eff:.0f} %", "tr": "verimlilik %{eff:.0f}"},
-        "plot.train_time": {"en": "training time (s)", "tr": "eğitim süresi (s)"},
-        "plot.accuracy": {"en": "test accuracy (%)", "tr": "test doğruluğu (%)"},
-        "plot.target": {"en": "target {target:.0f} %", "tr": "hedef %{target:.0f}"},
-        "plot.curve": {"en": "world {world}, lr {lr:g}", "tr": "dünya {world}, lr {lr:g}"},
-        "plot.steps": {"en": "{steps} steps", "tr": "{steps} adım"},
-        "plot.title_throughput": {"en": "Throughput", "tr": "İşlem hızı (throughput)"},
-        "plot.title_accuracy": {"en": "Time to accuracy", "tr": "Doğruluğa ulaşma süresi"},
-    }
-)
 
 
 # --------------------------------------------------------------------------------------

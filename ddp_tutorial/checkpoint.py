@@ -20,42 +20,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from .i18n import TutorialError, register
+from .i18n import TutorialError
 
-register(
-    {
-        "ckpt.unwritable": {
-            "en": "Cannot write checkpoints to {path}: {why}. Choose a directory you can write to "
-                  "(--checkpoint-dir), e.g. under your home or scratch space.",
-            "tr": "Kontrol noktaları (checkpoint) {path} dizinine yazılamıyor: {why}. Yazabildiğiniz bir "
-                  "dizin seçin (--checkpoint-dir); örneğin ev dizininizde ya da scratch alanında.",
-        },
-        "ckpt.corrupt": {
-            "en": "Checkpoint {path} cannot be read ({why}). It is not a checkpoint of this package or it is "
-                  "damaged. Delete it (or point --checkpoint-dir elsewhere) to start afresh.",
-            "tr": "{path} kontrol noktası okunamıyor ({why}). Bu paketin kontrol noktası değil ya da bozuk. "
-                  "Baştan başlamak için silin (ya da --checkpoint-dir ile başka bir dizin gösterin).",
-        },
-        "ckpt.mismatch": {
-            "en": "Checkpoint {path} does not fit this run: it has {field}={saved}, this run has {field}={current}. "
-                  "Resume with the same settings, or use another --checkpoint-dir.",
-            "tr": "{path} kontrol noktası bu çalıştırmaya uymuyor: kayıtta {field}={saved}, bu çalıştırmada "
-                  "{field}={current}. Aynı ayarlarla devam edin ya da başka bir --checkpoint-dir kullanın.",
-        },
-        "ckpt.saved": {
-            "en": "checkpoint saved: {path} (epoch {epoch}, step {step})",
-            "tr": "kontrol noktası kaydedildi: {path} (epoch {epoch}, adım {step})",
-        },
-        "ckpt.resumed": {
-            "en": "resuming from {path}: epoch {epoch}, step {step}",
-            "tr": "{path} kaydından devam ediliyor: epoch {epoch}, adım {step}",
-        },
-        "ckpt.none": {
-            "en": "no checkpoint in {path} yet: starting from the beginning",
-            "tr": "{path} içinde henüz kontrol noktası yok: en baştan başlanıyor",
-        },
-    }
-)
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1

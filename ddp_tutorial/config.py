@@ -15,20 +15,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-from .i18n import TutorialError, register
+from .i18n import TutorialError
 
-register(
-    {
-        "config.bad_value": {
-            "en": "Invalid {option}={value!r}: {rule}.",
-            "tr": "Geçersiz {option}={value!r}: {rule}.",
-        },
-        "rule.positive_int": {"en": "it must be a whole number ≥ 1", "tr": "1 veya daha büyük bir tam sayı olmalı"},
-        "rule.non_negative_int": {"en": "it must be a whole number ≥ 0", "tr": "0 veya daha büyük bir tam sayı olmalı"},
-        "rule.positive_number": {"en": "it must be a number > 0", "tr": "0'dan büyük bir sayı olmalı"},
-        "rule.choice": {"en": "it must be one of {choices}", "tr": "şunlardan biri olmalı: {choices}"},
-    }
-)
 
 DATASETS = ("mnist", "fashion-mnist")
 

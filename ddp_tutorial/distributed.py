@@ -41,98 +41,8 @@ import torch
 import torch.distributed as dist
 
 from .hostlist import first_host
-from .i18n import TutorialError, register, t
+from .i18n import TutorialError, t
 
-register(
-    {
-        "env.not_integer": {
-            "en": "Environment variable {name}={value!r} is not a whole number. Check how the job was started "
-                  "(SLURM and torchrun set it themselves; do not set it by hand).",
-            "tr": "{name}={value!r} ortam değişkeni bir tam sayı değil. İşin nasıl başlatıldığını denetleyin "
-                  "(SLURM ve torchrun bu değişkeni kendileri ayarlar; elle ayarlamayın).",
-        },
-        "env.incomplete": {
-            "en": "{launcher} variables are incomplete: {present} set but {missing} missing. "
-                  "Start the job with {launcher} itself, or unset the stray variables.",
-            "tr": "{launcher} değişkenleri eksik: {present} ayarlı ama {missing} yok. İşi doğrudan "
-                  "{launcher} ile başlatın ya da artakalan değişkenleri kaldırın (unset).",
-        },
-        "env.disagree": {
-            "en": "Inconsistent environment: {detail}. These variables must agree; the job was probably "
-                  "started with a mix of launchers or with stale variables.",
-            "tr": "Tutarsız ortam: {detail}. Bu değişkenler uyuşmalı; iş büyük olasılıkla farklı "
-                  "başlatıcıların karışımıyla ya da eski değişkenlerle başlatıldı.",
-        },
-        "env.world_size": {
-            "en": "World size must be at least 1, got {world_size}. Ask for one or more processes "
-                  "(--nproc-per-node, --nnodes, or SLURM's --ntasks).",
-            "tr": "Dünya boyutu (world size) en az 1 olmalı, verilen: {world_size}. Bir ya da daha fazla "
-                  "süreç isteyin (--nproc-per-node, --nnodes ya da SLURM'ün --ntasks seçeneği).",
-        },
-        "env.rank_range": {
-            "en": "{what} {value} is outside 0 … {limit} (it must be smaller than {of} = {size}).",
-            "tr": "{what} {value}, 0 … {limit} aralığının dışında ({of} = {size} değerinden küçük olmalı).",
-        },
-        "env.no_port": {
-            "en": "MASTER_PORT is not set and there is no SLURM job id to derive it from. Set MASTER_PORT "
-                  "(and MASTER_ADDR) for every process, or start through a launcher: "
-                  "'ddp-tutorial train --nproc-per-node N', torchrun, or SLURM.",
-            "tr": "MASTER_PORT ayarlı değil ve türetilebileceği bir SLURM iş numarası yok. Her süreç için "
-                  "MASTER_PORT (ve MASTER_ADDR) ayarlayın ya da bir başlatıcı kullanın: "
-                  "'ddp-tutorial train --nproc-per-node N', torchrun veya SLURM.",
-        },
-        "env.bad_port": {
-            "en": "MASTER_PORT={value!r} is not a port number between 1 and 65535.",
-            "tr": "MASTER_PORT={value!r}, 1 ile 65535 arasında bir port numarası değil.",
-        },
-        "backend.unknown": {
-            "en": "Unknown backend {backend!r}. Use auto, gloo or nccl.",
-            "tr": "Bilinmeyen arka uç (backend) {backend!r}. auto, gloo veya nccl kullanın.",
-        },
-        "device.unknown": {
-            "en": "Unknown device {device!r}. Use auto, cpu or cuda.",
-            "tr": "Bilinmeyen cihaz {device!r}. auto, cpu veya cuda kullanın.",
-        },
-        "device.no_gpu": {
-            "en": "GPUs were requested (--device cuda) but this machine has no usable CUDA GPU. "
-                  "Use --device cpu (or auto), or run on a GPU node (SLURM: --gres=gpu:N).",
-            "tr": "GPU istendi (--device cuda) ama bu makinede kullanılabilir CUDA GPU yok. "
-                  "--device cpu (ya da auto) kullanın veya bir GPU düğümünde çalıştırın (SLURM: --gres=gpu:N).",
-        },
-        "device.too_few_gpus": {
-            "en": "Local rank {local_rank} needs GPU cuda:{local_rank}, but this node shows only {count} GPU(s). "
-                  "Start at most {count} processes per node, or ask SLURM for more (--gres=gpu:N).",
-            "tr": "Yerel sıra (local rank) {local_rank}, cuda:{local_rank} GPU'suna ihtiyaç duyuyor ama bu düğümde "
-                  "yalnızca {count} GPU görünüyor. Düğüm başına en fazla {count} süreç başlatın ya da SLURM'den daha "
-                  "fazlasını isteyin (--gres=gpu:N).",
-        },
-        "backend.nccl_needs_cuda": {
-            "en": "The nccl backend needs CUDA GPUs, but training runs on the CPU. Use --backend gloo "
-                  "(or auto), or run on GPUs.",
-            "tr": "nccl arka ucu CUDA GPU'ları gerektirir, ama eğitim CPU üzerinde çalışıyor. --backend gloo "
-                  "(ya da auto) kullanın veya GPU'larda çalıştırın.",
-        },
-        "pg.port_in_use": {
-            "en": "Rank 0 cannot listen on {addr}:{port}: the port is already in use (another job or "
-                  "program holds it). Choose another MASTER_PORT, or leave it unset so a free one is chosen.",
-            "tr": "Rank 0, {addr}:{port} adresini dinleyemiyor: port kullanımda (başka bir iş ya da program "
-                  "tutuyor). Başka bir MASTER_PORT seçin ya da boş bırakın ki boş bir port seçilsin.",
-        },
-        "pg.timeout": {
-            "en": "Rank {rank} of {world_size} could not form the process group through {addr}:{port} within "
-                  "{timeout:.0f} s ({detail}). Check that rank 0 is running and reachable at MASTER_ADDR:MASTER_PORT, "
-                  "that every process got the same world size, and that no firewall blocks the port.",
-            "tr": "Rank {rank} / {world_size}, {addr}:{port} üzerinden süreç grubunu {timeout:.0f} s içinde "
-                  "kuramadı ({detail}). Rank 0'ın çalıştığını ve MASTER_ADDR:MASTER_PORT adresinden "
-                  "erişilebildiğini, her sürecin aynı dünya boyutunu aldığını ve portun bir güvenlik duvarınca "
-                  "engellenmediğini denetleyin.",
-        },
-        "pg.failed": {
-            "en": "Rank {rank} of {world_size} could not join the process group at {addr}:{port}: {detail}",
-            "tr": "Rank {rank} / {world_size}, {addr}:{port} adresindeki süreç grubuna katılamadı: {detail}",
-        },
-    }
-)
 
 PORT_BASE = 15000
 PORT_SPAN = 15000
@@ -196,19 +106,6 @@ def _tasks_on_node(spec: str, node: int) -> Optional[int]:
 
 # The words and details put into env.rank_range / env.disagree, in both languages (the Turkish
 # messages used to carry English words; found by tests/test_bad_input.py).
-register(
-    {
-        "env.detail.but": {"en": "{a} but {b}", "tr": "{a}, oysa {b}"},
-        "env.detail.per_node": {"en": "{per_node} processes per node but world size {world_size}",
-                                "tr": "düğüm başına {per_node} süreç, oysa dünya boyutu {world_size}"},
-        "env.term.rank": {"en": "rank", "tr": "rank"},
-        "env.term.node rank": {"en": "node rank", "tr": "düğüm sırası"},
-        "env.term.local rank": {"en": "local rank", "tr": "yerel sıra"},
-        "env.term.world size": {"en": "world size", "tr": "dünya boyutu"},
-        "env.term.the number of nodes": {"en": "the number of nodes", "tr": "düğüm sayısı"},
-        "env.term.processes on this node": {"en": "processes on this node", "tr": "bu düğümdeki süreç sayısı"},
-    }
-)
 
 
 def _check_range(what: str, value: int, of: str, size: int) -> None:

@@ -18,16 +18,8 @@ import re
 import sys
 from typing import List
 
-from .i18n import TutorialError, register
+from .i18n import TutorialError
 
-register(
-    {
-        "hostlist.malformed": {
-            "en": "Malformed SLURM host list {text!r}: {why}. Expected a form such as 'node1,gpu[01-03,07]'.",
-            "tr": "Hatalı SLURM düğüm listesi {text!r}: {why}. Beklenen biçim örneği: 'node1,gpu[01-03,07]'.",
-        },
-    }
-)
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 MAX_HOSTS = 100_000

@@ -1,61 +1,57 @@
 """Bilingual (Turkish / English) user-facing messages.
 
-Every message a user can see lives in a catalogue as a pair of strings, one per
-language. The language comes from the environment variable ``DDP_TUTORIAL_LANG``
-(``tr`` or ``en``; English when unset or unknown), so the same job prints Turkish
-for a Turkish workshop and English elsewhere.
+Every message a user can see lives in ``ddp_tutorial/messages/<language>.toml``, one file per
+language, one section per area (``[train]``, ``[slurm]`` …), so a translator edits text, never
+Python. The code names a message by its literal key (``t("train.accuracy", acc=92.8)``), so
+``grep`` finds every use. The language comes from ``DDP_TUTORIAL_LANG`` (``tr`` or ``en``;
+English when unset or unknown).
 
-Each module registers the messages it owns with :func:`register`, keeping the
-text next to the code that uses it::
-
-    register({"data.missing": {"en": "No data in {root}.", "tr": "{root} içinde veri yok."}})
-    print(t("data.missing", root="/tmp"))
-
-Errors a user can cause are raised as :class:`TutorialError`: its text is the
-message in the user's language, and the command line prints it without a
-traceback and exits with a non-zero code.
+Errors a user can cause are raised as :class:`TutorialError`: its text is the message in the
+user's language; the command line prints it without a traceback and exits with code 2.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Dict, Mapping
+from importlib import resources
+from typing import Dict
+
+import tomllib
 
 LANGUAGES = ("en", "tr")
 DEFAULT_LANGUAGE = "en"
 LANG_VARIABLE = "DDP_TUTORIAL_LANG"
 
-_CATALOGUE: Dict[str, Dict[str, str]] = {}
-
 
 def language() -> str:
     """The language chosen by ``DDP_TUTORIAL_LANG`` (``en`` when unset or unknown)."""
     value = os.environ.get(LANG_VARIABLE, DEFAULT_LANGUAGE).strip().lower()
-    # Accept locale-like values such as "tr_TR.UTF-8".
-    value = value.split("_")[0].split(".")[0].split("-")[0]
+    value = value.split("_")[0].split(".")[0].split("-")[0]  # "tr_TR.UTF-8" → "tr"
     return value if value in LANGUAGES else DEFAULT_LANGUAGE
 
 
-def register(messages: Mapping[str, Mapping[str, str]]) -> None:
-    """Add messages to the catalogue; every message needs both languages."""
-    for key, texts in messages.items():
-        missing = [lang for lang in LANGUAGES if not texts.get(lang)]
-        if missing:
-            raise ValueError(f"message {key!r} lacks {missing}")
-        if key in _CATALOGUE and dict(texts) != _CATALOGUE[key]:
-            raise ValueError(f"message {key!r} registered twice with different texts")
-        _CATALOGUE[key] = dict(texts)
+@functools.lru_cache(maxsize=None)
+def messages(lang: str) -> Dict[str, str]:
+    """Every message of one language, by key (``area.name``), read from its TOML file."""
+    text = resources.files("ddp_tutorial").joinpath("messages", f"{lang}.toml").read_text("utf-8")
+    flat: Dict[str, str] = {}
+    for area, entries in tomllib.loads(text).items():
+        for name, message in entries.items():
+            flat[f"{area}.{name}"] = message
+    return flat
 
 
 def t(key: str, lang: str | None = None, **fields: object) -> str:
     """The message ``key`` in ``lang`` (default: :func:`language`), formatted with ``fields``."""
-    texts = _CATALOGUE[key]
-    return texts[lang or language()].format(**fields)
+    return messages(lang or language())[key].format(**fields)
 
 
 def catalogue() -> Dict[str, Dict[str, str]]:
-    """A copy of every registered message (used by the parity tests)."""
-    return {key: dict(texts) for key, texts in _CATALOGUE.items()}
+    """Every message as ``{key: {language: text}}`` (used by the parity tests)."""
+    by_lang = {lang: messages(lang) for lang in LANGUAGES}
+    keys = set().union(*by_lang.values())
+    return {key: {lang: by_lang[lang].get(key, "") for lang in LANGUAGES} for key in sorted(keys)}
 
 
 class TutorialError(Exception):
@@ -74,10 +70,3 @@ class TutorialError(Exception):
 
     def text(self, lang: str | None = None) -> str:
         return t(self.key, lang=lang, **self.fields)
-
-
-register(
-    {
-        "error.prefix": {"en": "error", "tr": "hata"},
-    }
-)

@@ -46,86 +46,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .config import TrainConfig
 from .distributed import find_free_port
-from .i18n import LANG_VARIABLE, LANGUAGES, TutorialError, language, register, t
+from .i18n import LANG_VARIABLE, LANGUAGES, TutorialError, language, t
 from .train import _looks_like_lost_peer
 
-register(
-    {
-        "ipp.kernel_cuda": {
-            "en": "CUDA is already initialised in this notebook kernel, so the engines may not get their GPUs "
-                  "(the kernel holds memory on GPU 0, and in exclusive-process mode locks it). Restart the "
-                  "kernel and launch before any cell touches CUDA (no .cuda(), .to('cuda') or "
-                  "torch.cuda.set_device in the notebook itself).",
-            "tr": "Bu not defteri çekirdeğinde CUDA zaten başlatılmış; bu yüzden motorlar GPU'larını "
-                  "alamayabilir (çekirdek GPU 0'da bellek tutar, özel süreç kipinde GPU'yu kilitler). Çekirdeği "
-                  "yeniden başlatın ve hiçbir hücre CUDA'ya dokunmadan önce başlatın (not defterinin kendisinde "
-                  ".cuda(), .to('cuda') ya da torch.cuda.set_device kullanmayın).",
-        },
-        "ipp.bad_n": {
-            "en": "The number of engines must be a whole number ≥ 1, got {n!r}.",
-            "tr": "Motor sayısı 1 veya daha büyük bir tam sayı olmalı, verilen: {n!r}.",
-        },
-        "ipp.too_many_gpu_engines": {
-            "en": "{n} engines were asked for, but this machine has {gpus} GPU(s): on GPUs it is one engine per "
-                  "GPU. Ask for at most {gpus}, or use CPU engines (device='cpu').",
-            "tr": "{n} motor istendi ama bu makinede {gpus} GPU var: GPU'larda her GPU'ya bir motor düşer. En "
-                  "fazla {gpus} isteyin ya da CPU motorları kullanın (device='cpu').",
-        },
-        "ipp.start_failed": {
-            "en": "Could not start {n} ipyparallel engine(s) within {timeout:.0f} s ({detail}). Check that "
-                  "ipyparallel is installed in this kernel's environment and that the machine is not out of "
-                  "memory; the engines' logs are under {profile}.",
-            "tr": "{n} ipyparallel motoru {timeout:.0f} s içinde başlatılamadı ({detail}). ipyparallel'in bu "
-                  "çekirdeğin ortamında kurulu olduğunu ve makinenin belleğinin dolmadığını denetleyin; motorların "
-                  "günlükleri {profile} altında.",
-        },
-        "ipp.started": {
-            "en": "started {n} ipyparallel engine(s) in {seconds:.1f} s (pids {pids}, device {device})",
-            "tr": "{n} ipyparallel motoru {seconds:.1f} s içinde başlatıldı (pid'ler {pids}, cihaz {device})",
-        },
-        "ipp.stopped": {
-            "en": "stopped the ipyparallel engines",
-            "tr": "ipyparallel motorları durduruldu",
-        },
-        "ipp.failed": {
-            "en": "The distributed run on {n} engine(s) failed: {cause}. All engines were stopped (a rank "
-                  "blocked in a collective cannot be interrupted otherwise); the next call starts fresh ones.",
-            "tr": "{n} motor üzerindeki dağıtık çalışma başarısız oldu: {cause}. Tüm motorlar durduruldu "
-                  "(bir toplu işlemde bekleyen bir rank başka türlü kesilemez); bir sonraki çağrı yenilerini "
-                  "başlatır.",
-        },
-        "ipp.cause_died": {
-            "en": "rank {rank} (engine {engine}, pid {pid}) died — {how}",
-            "tr": "rank {rank} (motor {engine}, pid {pid}) öldü — {how}",
-        },
-        "ipp.cause_raised": {
-            "en": "rank {rank} (engine {engine}) raised {error}",
-            "tr": "rank {rank} (motor {engine}) şu hatayı verdi: {error}",
-        },
-        "ipp.cause_timeout": {
-            "en": "the run did not finish within {timeout:.0f} s (ranks still running: {ranks}); raise timeout= "
-                  "if it is simply long",
-            "tr": "çalışma {timeout:.0f} s içinde bitmedi (hâlâ çalışan rank'ler: {ranks}); yalnızca uzun "
-                  "sürüyorsa timeout= değerini artırın",
-        },
-        "ipp.cause_controller": {
-            "en": "the ipyparallel controller (pid {pid}) died",
-            "tr": "ipyparallel denetleyicisi (pid {pid}) öldü",
-        },
-        "ipp.also": {"en": "also: {rest}", "tr": "ayrıca: {rest}"},
-        "ipp.signal": {"en": "killed by signal {name}", "tr": "{name} sinyaliyle sonlandırıldı"},
-        "ipp.exit_code": {"en": "exited with code {code}", "tr": "{code} koduyla çıktı"},
-        "ipp.gone": {"en": "the process is gone", "tr": "süreç artık yok"},
-        "ipp.leftover": {
-            "en": "engine processes {pids} did not exit after SIGKILL",
-            "tr": "{pids} numaralı motor süreçleri SIGKILL'den sonra da çıkmadı",
-        },
-        "ipp.notebook": {
-            "en": "notebook language: {language} · data set: {dataset} · data root: {root}",
-            "tr": "not defteri dili: {language} · veri kümesi: {dataset} · veri kökü: {root}",
-        },
-    }
-)
 
 START_TIMEOUT = 120.0   # seconds for the engines to register with the controller
 POLL_SECONDS = 0.2      # how often the kernel looks at the engines while it waits
@@ -243,8 +166,6 @@ def _slurm():
     """:mod:`ddp_tutorial.ipp_slurm`, imported when first needed (it imports this module)."""
     from . import ipp_slurm
     return ipp_slurm
-
-
 
 
 def _alive(pid: int) -> bool:

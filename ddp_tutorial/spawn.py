@@ -27,35 +27,9 @@ from typing import Callable, List, Optional, Sequence
 
 from .config import TrainConfig, add_train_arguments, config_from_args
 from .distributed import EXIT_LOST_PEER, find_free_port, resolve_environment
-from .i18n import TutorialError, register, t
+from .i18n import TutorialError, t
 from .preemption import EXIT_REQUEUE
 
-register(
-    {
-        "spawn.child_failed": {
-            "en": "rank {rank} (local rank {local_rank} on node {node}) {how}; stopping the other {others} "
-                  "process(es) of this node.",
-            "tr": "rank {rank} ({node} numaralı düğümde yerel sıra {local_rank}) {how}; bu düğümün diğer "
-                  "{others} süreci durduruluyor.",
-        },
-        "spawn.exit_code": {"en": "exited with code {code}", "tr": "{code} koduyla çıktı"},
-        "spawn.lost_peer": {
-            "en": "stopped because it lost contact with the other processes (exit code {code})",
-            "tr": "diğer süreçlerle bağlantısı koptuğu için durdu (çıkış kodu {code})",
-        },
-        "spawn.signal": {"en": "was killed by signal {name}", "tr": "{name} sinyaliyle sonlandırıldı"},
-        "spawn.preempted": {
-            "en": "all processes of node {node} stopped for requeue (exit code {code})",
-            "tr": "{node} numaralı düğümün tüm süreçleri yeniden kuyruğa alınmak üzere durdu (çıkış kodu {code})",
-        },
-        "spawn.no_port": {
-            "en": "Training on {nnodes} nodes needs MASTER_ADDR and MASTER_PORT (the same on every node), or a "
-                  "SLURM job to derive them from.",
-            "tr": "{nnodes} düğümde eğitim için MASTER_ADDR ve MASTER_PORT (her düğümde aynı) ya da bunların "
-                  "türetileceği bir SLURM işi gerekir.",
-        },
-    }
-)
 
 GRACE_SECONDS = 5.0
 CAUSE_WAIT_SECONDS = 10.0  # how long to wait for the real cause after a rank lost contact

@@ -42,57 +42,10 @@ from .config import TrainConfig, add_train_arguments, config_from_args
 from .distributed import (EXIT_LOST_PEER, DistEnv, choose_backend, choose_device, destroy_process_group,
                           init_process_group, resolve_environment)
 from .evaluate import evaluate
-from .i18n import TutorialError, register, t
+from .i18n import TutorialError, t
 from .model import DeepNeuralNetwork, count_parameters
 from .preemption import EXIT_REQUEUE, Preempted, StopRequest
 from .sampling import epoch_indices, index_batches, make_sampler
-
-register(
-    {
-        "train.node_summary": {
-            "en": "This is node {node} of {nnodes} used for training. Training processes in total: {world_size} "
-                  "({per_node} per node).",
-            "tr": "Bu, eğitimde kullanılacak {nnodes} düğümden {node} numaralı düğümdür. Toplamda {world_size} "
-                  "süreç (düğüm başına {per_node}) eğitim yapacak.",
-        },
-        "train.rank_device": {
-            "en": "rank {rank}: local rank {local_rank} on node {node}, device {device}, backend {backend}",
-            "tr": "rank {rank}: {node} numaralı düğümde yerel sıra {local_rank}, cihaz {device}, arka uç {backend}",
-        },
-        "train.rank_loss": {
-            "en": "loss at rank {rank} is {loss:.4f} (epoch {epoch}, sum over {steps} batches)",
-            "tr": "rank {rank} kaybı {loss:.4f} (epoch {epoch}, {steps} parti üzerinden toplam)",
-        },
-        "train.epoch_summary": {
-            "en": "epoch {epoch}: mean loss over all {world_size} ranks {loss:.4f}, {rate:.0f} samples/s",
-            "tr": "epoch {epoch}: {world_size} rank üzerinden ortalama kayıp {loss:.4f}, {rate:.0f} örnek/s",
-        },
-        "train.accuracy": {
-            "en": "Accuracy of the network on the {n} test images: {acc:.2f} %",
-            "tr": "{n} test görüntüsünde ağın doğruluğu: {acc:.2f} %",
-        },
-        "train.preempted": {
-            "en": "rank {rank}: stop requested (SIGUSR1) — checkpoint written at epoch {epoch}, step {step}; "
-                  "exiting with code {code} so the job can be requeued",
-            "tr": "rank {rank}: durdurma istendi (SIGUSR1) — epoch {epoch}, adım {step} için kontrol noktası "
-                  "yazıldı; işin yeniden kuyruğa alınabilmesi için {code} koduyla çıkılıyor",
-        },
-        "train.need_checkpoint_dir": {
-            "en": "--resume needs --checkpoint-dir (where to find the checkpoint).",
-            "tr": "--resume için --checkpoint-dir gerekir (kontrol noktasının nerede olduğu).",
-        },
-        "train.lost_peer": {
-            "en": "rank {rank}: lost contact with the other processes ({detail}). Another rank has probably "
-                  "failed or was killed — look for its error above.",
-            "tr": "rank {rank}: diğer süreçlerle bağlantı koptu ({detail}). Büyük olasılıkla başka bir rank "
-                  "hata verdi ya da sonlandırıldı — hatasını yukarıda arayın.",
-        },
-        "train.result_written": {
-            "en": "result written to {path}",
-            "tr": "sonuç {path} dosyasına yazıldı",
-        },
-    }
-)
 
 
 @dataclass
