@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from . import atomic
 from .i18n import TutorialError
 
 
@@ -36,6 +37,9 @@ def ensure_writable(directory: os.PathLike | str) -> Path:
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
+        for leftover in path.glob(".checkpoint-*"):  # a writer killed mid-save left its temporary file
+            if atomic.is_leftover(leftover):
+                leftover.unlink(missing_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass
     except OSError as error:
@@ -44,51 +48,36 @@ def ensure_writable(directory: os.PathLike | str) -> Path:
 
 
 def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path:
-    """Write ``state`` atomically to ``directory/checkpoint.pt``."""
+    """Write ``state`` atomically to ``directory/checkpoint.pt`` (:mod:`ddp_tutorial.atomic`)."""
     target = checkpoint_path(directory)
     state = dict(state, format_version=FORMAT_VERSION)
-    # A directory that vanished or a full disk in the middle of training (scratch purged,
-    # quota) is the user's to fix: say so clearly instead of an OSError traceback (issue 6).
+    # A directory that vanished or a full disk in the middle of training (scratch purged, quota) is
+    # the user's to fix: say so clearly. torch.save reports a full disk as a RuntimeError.
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint-", suffix=".tmp")
-    except OSError as error:
-        raise TutorialError("ckpt.unwritable", path=str(target.parent), why=error.strerror or str(error)) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException as error:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        if isinstance(error, OSError):
-            raise TutorialError("ckpt.unwritable", path=str(target.parent),
-                                why=error.strerror or str(error)) from None
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-    return target
+        return atomic.write_with(target, lambda handle: torch.save(state, handle), prefix=".checkpoint-")
+    except (OSError, RuntimeError) as error:
+        why = getattr(error, "strerror", None) or str(error).strip().splitlines()[-1][:200]
+        raise TutorialError("ckpt.unwritable", path=str(target.parent), why=why) from None
 
 
 REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape", "world_size", "batch_size")
 
 
+# Settings that decide the data order or the optimisation: a resumed run must keep them, or it
+# would silently be another run. (The learning rate may change: runstate applies it and says so.)
+SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
+               "optimizer_kind": "the optimizer"}
+# These split an epoch among the ranks: they must match only when the checkpoint is mid-epoch.
+SAME_MID_EPOCH = ("world_size", "batch_size")
+
+
 def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The checkpoint in ``directory``, or ``None`` when there is none yet.
 
-    ``expect`` holds this run's ``shape`` (the model's layer sizes), ``world_size`` and
-    ``batch_size``. The shape must always match; world and batch size must match only when
-    the checkpoint was taken in the middle of an epoch (the sampler's split of that epoch
-    depends on them).
+    ``expect`` holds this run's settings (``shape``, ``world_size``, ``batch_size``, ``seed``,
+    ``dataset``, ``train_subset``, ``optimizer_kind``). The model's shape and the settings in
+    :data:`SAME_ALWAYS` must match; world and batch size only when the checkpoint was taken in the
+    middle of an epoch (the sampler's split of that epoch depends on them).
     """
     path = checkpoint_path(directory)
     if not path.exists():
@@ -105,9 +94,23 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     if list(state["shape"]) != list(expect["shape"]):
         raise TutorialError("ckpt.mismatch", path=str(path), field="model shape",
                             saved=list(state["shape"]), current=list(expect["shape"]))
+    for field, option in SAME_ALWAYS.items():
+        if field in state and field in expect and state[field] != expect[field]:
+            raise TutorialError("ckpt.changed", path=str(path), field=field, saved=state[field],
+                                current=expect[field], option=option)
     if state["step"] > 0:
-        for field in ("world_size", "batch_size"):
+        for field in SAME_MID_EPOCH:
             if state[field] != expect[field]:
                 raise TutorialError("ckpt.mismatch", path=str(path), field=field,
                                     saved=state[field], current=expect[field])
     return state
+
+
+def load_into(path: os.PathLike | str, module: torch.nn.Module, optimizer, state: Dict[str, Any]) -> None:
+    """Load weights and optimizer state; a checkpoint missing a tensor is reported, not a traceback."""
+    try:
+        module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as error:
+        why = str(error).strip().splitlines()[0][:200]
+        raise TutorialError("ckpt.corrupt", path=str(checkpoint_path(path)), why=why) from None

@@ -10,41 +10,36 @@ The defaults are the seed tutorial's: MNIST, batch 128 per process, Adam with lr
 from __future__ import annotations
 
 import argparse
-import math
-import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Optional
 
+from . import validate
+from .datasets import NAMES as DATASETS  # noqa: F401  (re-exported: the data-set names)
+from .datasets import default_dataset
 from .i18n import TutorialError
 
 
-DATASETS = ("mnist", "fashion-mnist")
-
-
 def _default_root() -> str:
-    return os.environ.get("DDP_TUTORIAL_ROOT") or os.path.join(
-        os.path.expanduser("~"), ".cache", "ddp-tutorial", "data")
-
-
-def _default_dataset() -> str:
-    return os.environ.get("DDP_TUTORIAL_DATASET") or "mnist"
+    from .datasets import default_root
+    return str(default_root())
 
 
 @dataclass
 class TrainConfig:
-    dataset: str = field(default_factory=_default_dataset)
+    dataset: str = field(default_factory=default_dataset)
     root: str = field(default_factory=_default_root)
     epochs: int = 2
     batch_size: int = 128           # per process, as in the seed
     lr: float = 1e-3
-    scale_lr: bool = False          # linear scaling rule: lr × world size
+    scale_lr: str = "none"          # none | linear (lr × world size) | sqrt (lr × √world size)
+    warmup_steps: int = 0           # lr rises linearly to its value over the first N steps
     seed: int = 0
     num_layers: int = 4
     hidden: int = 128
     backend: str = "auto"           # auto | gloo | nccl
     device: str = "auto"            # auto | cpu | cuda
     timeout: float = 300.0          # seconds to form the process group / finish a collective
-    threads: Optional[int] = None   # intra-op threads per process (default: cores / processes)
+    threads: Optional[int] = None   # intra-op threads per process (default: ddp_tutorial.threads)
     checkpoint_dir: Optional[str] = None
     resume: bool = False
     json: Optional[str] = None      # write the result here (global rank 0)
@@ -54,31 +49,22 @@ class TrainConfig:
     quiet: bool = False             # no per-rank lines (benchmarks)
 
     def validate(self) -> "TrainConfig":
-        def bad(option, value, rule, **kw):
-            from .i18n import t
-            raise TutorialError("config.bad_value", option=option, value=value, rule=t(rule, **kw))
-
-        for name in ("batch_size", "num_layers", "hidden"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (2 if name == "num_layers" else 1):
-                bad("--" + name.replace("_", "-"), value, "rule.positive_int")
-        if not isinstance(self.epochs, int) or self.epochs < 0:
-            bad("--epochs", self.epochs, "rule.non_negative_int")
-        for name in ("lr", "timeout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                bad("--" + name, value, "rule.positive_number")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            bad("--threads", self.threads, "rule.positive_int")
-        if self.train_subset is not None and (not isinstance(self.train_subset, int) or self.train_subset < 1):
-            bad("--train-subset", self.train_subset, "rule.positive_int")
-        if self.seed is None or not isinstance(self.seed, int) or self.seed < 0:
-            bad("--seed", self.seed, "rule.non_negative_int")
-        choices = {"dataset": DATASETS, "backend": ("auto", "gloo", "nccl"), "device": ("auto", "cpu", "cuda")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                bad("--" + name, getattr(self, name), "rule.choice", choices=", ".join(allowed))
+        """Check every option (rules shared with the SLURM job spec: :mod:`ddp_tutorial.validate`)."""
+        if isinstance(self.scale_lr, bool):  # older callers: scale_lr=True meant the linear rule
+            self.scale_lr = "linear" if self.scale_lr else "none"
+        for name in ("dataset", "epochs", "batch_size", "lr", "seed", "num_layers", "hidden", "timeout",
+                     "backend", "device", "scale_lr", "warmup_steps"):
+            validate.check(name, getattr(self, name))
+        for name in ("threads", "train_subset"):
+            if getattr(self, name) is not None:
+                validate.check(name, getattr(self, name))
+        if self.resume and not self.checkpoint_dir:
+            raise TutorialError("train.need_checkpoint_dir")
         return self
+
+    def validated(self) -> "TrainConfig":
+        """A checked copy (the caller's object is left as it was)."""
+        return replace(self).validate()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,7 +79,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     g.add_argument("--epochs", type=int, default=d["epochs"].default)
     g.add_argument("--batch-size", type=int, default=d["batch_size"].default, help="per process (default 128)")
     g.add_argument("--lr", type=float, default=d["lr"].default)
-    g.add_argument("--scale-lr", action="store_true", help="linear scaling rule: lr × world size")
+    g.add_argument("--scale-lr", nargs="?", const="linear", default="none", choices=("none", "linear", "sqrt"),
+                   help="scale lr with the world size: linear (× N; bare --scale-lr) or sqrt (× √N)")
+    g.add_argument("--warmup-steps", type=int, default=d["warmup_steps"].default,
+                   help="raise lr linearly to its value over the first N steps")
     g.add_argument("--seed", type=int, default=d["seed"].default)
     g.add_argument("--num-layers", type=int, default=d["num_layers"].default)
     g.add_argument("--hidden", type=int, default=d["hidden"].default)

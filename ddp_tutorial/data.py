@@ -365,9 +365,23 @@ class InMemoryData:
         batch: the same numbers ``ToTensor`` gives (``x / 255``), without a Python
         loop over samples.
         """
-        indices = torch.as_tensor(indices, dtype=torch.long)
+        indices = torch.as_tensor(indices, dtype=torch.long, device=self.images.device)
         images = self.images.index_select(0, indices).reshape(len(indices), -1)
         return images.to(torch.float32).div_(255), self.labels.index_select(0, indices)
+
+    def first(self, n: Optional[int]) -> "InMemoryData":
+        """Only the first ``n`` samples (all of them when ``n`` is None)."""
+        if n is None:
+            return self
+        return InMemoryData(self.images[:n], self.labels[:n], self.classes, self.name)
+
+    def to(self, device) -> "InMemoryData":
+        """The same set on ``device``: on a GPU the whole split (47 MB as uint8) lives there and
+        batches are cut there — no host-to-device copy per step."""
+        device = torch.device(device)
+        if self.images.device == device:
+            return self
+        return InMemoryData(self.images.to(device), self.labels.to(device), self.classes, self.name)
 
 
 def load(dataset: str, root: Path, train: bool = True) -> InMemoryData:

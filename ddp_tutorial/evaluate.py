@@ -21,7 +21,7 @@ def evaluate(model: torch.nn.Module, data, device: torch.device, batch_size: int
     model.eval()
     correct = 0
     for start in range(0, len(data), batch_size):
-        idx = torch.arange(start, min(start + batch_size, len(data)))
+        idx = torch.arange(start, min(start + batch_size, len(data)), device=data.labels.device)
         images, labels = data.batch(idx)
         scores = model(images.to(device, non_blocking=True))
         predicted = scores.argmax(dim=1)

@@ -70,3 +70,20 @@ class TutorialError(Exception):
 
     def text(self, lang: str | None = None) -> str:
         return t(self.key, lang=lang, **self.fields)
+
+
+def number(value: float, lang: str | None = None, decimals: int | None = None) -> str:
+    """``value`` written the way the language writes numbers: 604.800 and 0,5 in Turkish,
+    604,800 and 0.5 in English (thousands grouped from 10 000 on)."""
+    lang = lang or language()
+    if decimals is None:
+        text = f"{value:,}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:,.6g}"
+        if float(value).is_integer():
+            text = f"{int(value):,}"
+    else:
+        text = f"{value:,.{decimals}f}"
+    if abs(value) < 10_000:
+        text = text.replace(",", "")
+    if lang == "tr":
+        text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
+    return text

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .config import TrainConfig
 from .distributed import find_free_port
 from .i18n import LANG_VARIABLE, LANGUAGES, TutorialError, language, t
-from .train import _looks_like_lost_peer
+from .runstate import looks_like_lost_peer as _looks_like_lost_peer
 
 
 START_TIMEOUT = 120.0   # seconds for the engines to register with the controller

@@ -16,7 +16,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-EXIT_REQUEUE = 75  # EX_TEMPFAIL in sysexits.h: "try again later"
+from .exits import REQUEUE as EXIT_REQUEUE  # 75, EX_TEMPFAIL in sysexits.h: "try again later"
 
 
 class Preempted(Exception):
@@ -55,11 +55,12 @@ class StopRequest:
             signal.signal(*self._previous)
             self._previous = None
 
-    def agreed(self, distributed: bool, device: torch.device) -> bool:
+    def agreed(self, distributed: bool, group=None) -> bool:
         """True on every rank when any rank was asked to stop (a collective: call it on all ranks
-        at the same steps)."""
+        at the same steps). ``group`` is a gloo group (the default one on CPUs; a small side group
+        next to nccl), so the vote is a CPU tensor and never waits for the GPU."""
         if not distributed:
             return self.requested
-        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([1.0 if self.requested else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
         return bool(flag.item() > 0)

@@ -15,14 +15,14 @@ samples in the same order as the ``DataLoader`` would give.
 
 from __future__ import annotations
 
-from typing import Iterator, Tuple
+from typing import Tuple
 
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
 
-class _Length:
-    """A stand-in data set: the sampler only needs ``len()``."""
+class IndexRange:
+    """A stand-in data set of ``length`` samples: the sampler only needs ``len()``."""
 
     def __init__(self, length: int):
         self.length = length
@@ -34,7 +34,7 @@ class _Length:
 def make_sampler(num_samples: int, world_size: int, rank: int, seed: int, shuffle: bool = True,
                  drop_last: bool = False) -> DistributedSampler:
     """The seed's ``DistributedSampler(train_dataset, num_replicas=world_size, rank=rank)``."""
-    return DistributedSampler(_Length(num_samples), num_replicas=world_size, rank=rank,
+    return DistributedSampler(IndexRange(num_samples), num_replicas=world_size, rank=rank,
                               shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
@@ -49,11 +49,3 @@ def index_batches(indices: torch.Tensor, batch_size: int) -> Tuple[torch.Tensor,
     """Consecutive batches of ``batch_size`` indices (the last one may be smaller),
     exactly as ``DataLoader(batch_size=..., sampler=...)`` groups them."""
     return torch.split(indices, batch_size)
-
-
-def batches(data, sampler: DistributedSampler, epoch: int, batch_size: int,
-            start: int = 0) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """(images, labels) for each batch of this rank in ``epoch``, skipping the first
-    ``start`` batches (used when resuming mid-epoch)."""
-    for idx in index_batches(epoch_indices(sampler, epoch), batch_size)[start:]:
-        yield data.batch(idx)

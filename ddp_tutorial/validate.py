@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from .datasets import NAMES as DATASET_NAMES
-from .i18n import TutorialError, t
+from .i18n import TutorialError, number, t
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Int:
         return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
 
     def describe(self) -> str:
-        return t("rule.int_range", low=self.low, high=self.high)
+        return t("rule.int_range", low=number(self.low), high=number(self.high))
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Number:
                 and self.low < value <= self.high)
 
     def describe(self) -> str:
-        return t("rule.number_range", low=self.low, high=self.high)
+        return t("rule.number_range", low=number(self.low), high=number(self.high))
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ TRAIN_RULES = {
     "backend": Choice(("auto", "gloo", "nccl")),
     "device": Choice(("auto", "cpu", "cuda")),
     "scale_lr": Choice(("none", "linear", "sqrt")),
-    "warmup_epochs": Int(0, 1000),
+    "warmup_steps": Int(0, 10_000_000),
 }
 
 

@@ -120,7 +120,7 @@ def test_fashion_mnist_reaches_84_percent_at_world_2(fashion_root, tmp_path):
 
 def test_resume_at_world_4_is_bit_identical(mnist_root, tmp_path):
     """With 3+ ranks the all-reduce's summation order depends on DDP's bucket layout, which DDP
-    re-packs after its first step; a resumed run must not round differently (train._settle_ddp_buckets)."""
+    re-packs after its first step; a resumed run must not round differently (RunState.settle_ddp_buckets)."""
     common = ["--dataset", "mnist", "--root", str(mnist_root), "--nproc-per-node", "4", "--threads", "1",
               "--batch-size", "64", "--lr", "3e-4", "--train-subset", "3000", "--no-eval", "--quiet"]
     full, part = tmp_path / "full.json", tmp_path / "part.json"

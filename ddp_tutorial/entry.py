@@ -1,0 +1,36 @@
+"""How a command-line process ends: a user error → its message and exit code 2, a preemption → 75,
+a lost peer → 3 (codes in :mod:`ddp_tutorial.exits`). No torch import."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import exits
+from .i18n import TutorialError, t
+
+
+def run_and_exit(function, *args) -> int:
+    """Run ``function(*args)`` and return the process's exit code; print a user error in one line."""
+    try:
+        function(*args)
+        return exits.OK
+    except TutorialError as error:
+        rank = getattr(error, "rank", None)  # set by train() in a run of several processes
+        where = f" (rank {rank})" if rank is not None else ""
+        print(f"{t('error.prefix')}{where}: {error}", file=sys.stderr, flush=True)
+        if rank is not None or error.exit_code == exits.LOST_PEER:
+            # In a run of several processes, the process group's threads may still wait in a broken
+            # collective or rendezvous; a normal interpreter exit can then hang or abort and hide our
+            # exit code. Checkpoints and results are already on disk: a rank that has said its error
+            # leaves at once.
+            sys.stdout.flush()
+            os._exit(error.exit_code)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return exits.INTERRUPTED
+    except Exception as error:
+        code = getattr(error, "exit_code", None)  # preemption.Preempted: exits.REQUEUE
+        if code is None:
+            raise
+        return code

@@ -1,0 +1,103 @@
+"""What a run refuses or reports instead of silently changing: resume settings, the --json target,
+a stop request with nowhere to checkpoint, the learning-rate rules (scaling, warm-up)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ddp_tutorial import preemption, result
+from ddp_tutorial.config import TrainConfig
+from ddp_tutorial.i18n import TutorialError
+from ddp_tutorial.preemption import Preempted
+from ddp_tutorial.runstate import scaled_lr
+from ddp_tutorial.train import train
+
+
+def config(root, **kw):
+    return TrainConfig(**{"dataset": "mnist", "root": str(root), "epochs": 1, "quiet": True, "threads": 1,
+                          "evaluate": False, **kw})
+
+
+@pytest.fixture
+def one_epoch(mnist_root, tmp_path):
+    """A checkpoint after one epoch of seed 0, lr 1e-3, the whole (small) set."""
+    ckpt = tmp_path / "ckpt"
+    train(config(mnist_root, checkpoint_dir=str(ckpt)))
+    return ckpt
+
+
+@pytest.mark.parametrize("change, field", [({"seed": 7}, "seed"), ({"train_subset": 1024}, "train_subset")])
+def test_resume_refuses_a_setting_that_changes_the_data_order(mnist_root, one_epoch, change, field, monkeypatch):
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+    with pytest.raises(TutorialError) as caught:
+        train(config(mnist_root, epochs=2, checkpoint_dir=str(one_epoch), resume=True, **change))
+    assert caught.value.key == "ckpt.changed" and caught.value.fields["field"] == field
+    assert "silently change the run" in str(caught.value)
+
+
+def test_resume_with_a_new_lr_applies_it_says_so_and_records_it(mnist_root, one_epoch, capsys):
+    done = train(config(mnist_root, epochs=2, lr=5e-4, checkpoint_dir=str(one_epoch), resume=True, quiet=False))
+    out = capsys.readouterr().out
+    assert "0.001 → 0.0005" in out
+    assert done.lr == 5e-4 and done.resumed_from["lr_before"] == 1e-3
+    state = torch.load(one_epoch / "checkpoint.pt", weights_only=True)
+    assert state["lr"] == 5e-4
+    assert all(group["lr"] == 5e-4 for group in state["optimizer"]["param_groups"])
+
+
+def test_json_target_is_checked_before_training(mnist_root, tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    for bad, key in ((tmp_path / "adir", "result.is_dir"), ("/proc/ddp-tutorial/x.json", "result.unwritable")):
+        with pytest.raises(TutorialError) as caught:
+            train(config(mnist_root, json=str(bad), quiet=False))
+        assert caught.value.key == key
+        assert "epoch 0" not in capsys.readouterr().out  # refused before any training
+
+
+def test_a_result_that_cannot_be_written_at_the_end_is_kept_elsewhere(mnist_root, tmp_path):
+    done = train(config(mnist_root, train_subset=256))
+    gone = tmp_path / "vanished" / "result.json"  # its folder disappeared during training
+    with pytest.raises(TutorialError) as caught:
+        result.write(str(gone), done)
+    assert caught.value.key == "result.kept_elsewhere"
+    kept = json.loads(open(caught.value.fields["fallback"]).read())
+    assert kept["weights_sha256"] == done.weights_sha256
+    os.unlink(caught.value.fields["fallback"])
+
+
+def test_stop_request_without_checkpoint_dir_says_nothing_was_saved(mnist_root, capsys, monkeypatch):
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+    monkeypatch.setitem(preemption._early, "requested", True)  # SIGUSR1 arrived while starting
+    with pytest.raises(Preempted):
+        train(config(mnist_root, quiet=False))
+    out = capsys.readouterr().out
+    assert "nothing was saved" in out and "checkpoint written" not in out
+
+
+def test_scale_lr_rules_and_warmup(mnist_root):
+    base = TrainConfig(lr=1e-3)
+    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="linear").validated(), 6) == pytest.approx(6e-3)
+    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="sqrt").validated(), 6) == pytest.approx(1e-3 * math.sqrt(6))
+    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr=True).validated(), 4) == pytest.approx(4e-3)  # old bool form
+    assert scaled_lr(base.validated(), 6) == 1e-3
+    with pytest.raises(TutorialError):
+        TrainConfig(scale_lr="cubic").validated()
+    # A warm-up changes the first steps only: not the same weights as without, and it still learns.
+    plain = train(config(mnist_root, train_subset=1024))
+    warm = train(config(mnist_root, train_subset=1024, warmup_steps=5))
+    assert plain.weights_sha256 != warm.weights_sha256 and warm.warmup_steps == 5
+    assert warm.epochs[0] < 2.3
+
+
+@pytest.mark.parametrize("option, value", [("--seed", str(2**64)), ("--hidden", str(10**9)),
+                                           ("--timeout", "1e15"), ("--num-layers", "1")])
+def test_out_of_range_values_get_a_message_not_a_traceback(mnist_root, option, value):
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.train", "--root", str(mnist_root), option, value],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, DDP_TUTORIAL_LANG="tr"))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and option in done.stderr and "olmalı" in done.stderr
