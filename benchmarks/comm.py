@@ -8,10 +8,17 @@ round, at four ways of doing the same training step on a batch of 128 per rank:
 * ``ddp`` — the same through ``DistributedDataParallel``: gradients all-reduced in backward;
 * ``allreduce`` — only the all-reduce of a tensor as large as the gradient (539 KB), back to back;
 * ``tiny`` — the all-reduce of one number: the pure latency of a round trip through all ranks
-  (what the package's per-step "should we stop?" question used to cost).
+  (what the package's per-step "should we stop?" question used to cost);
+* ``ddp_buckets`` — DDP with small buckets (``bucket_cap_mb=0.1``): the last layers' gradients
+  travel while the first layer's backward still computes (overlap);
+* ``ddp_view`` — DDP with ``gradient_as_bucket_view=True`` (no copy of the gradients into the bucket).
 
 Medians over the rounds, in milliseconds per step (per call). Alternating rounds share the
 same load, so the comparison holds on a busy machine too, while the absolute times do not.
+
+From ``compute`` (c) and ``allreduce`` (a) follow the limits of world W against one rank alone:
+W·c / (c + a) without any overlap of communication and computation, W·c / max(c, a) with perfect
+overlap; ``ddp`` gives where DDP itself stands (W·c / ddp).
 
     python -m benchmarks.comm --world 2
 """
@@ -30,13 +37,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp_tutorial.distributed import find_free_port
-from ddp_tutorial.i18n import t
+from ddp_tutorial.i18n import number, t
 from ddp_tutorial.model import DeepNeuralNetwork
 from ddp_tutorial.spawn import run_processes
 
 from .common import write_json
 
-KINDS = ("compute", "ddp", "allreduce", "tiny")
+KINDS = ("compute", "ddp", "allreduce", "tiny", "ddp_buckets", "ddp_view")
 
 
 def _rank(rank: int, world: int, port: int, rounds: int, steps: int, batch: int, out: str) -> None:
@@ -45,13 +52,14 @@ def _rank(rank: int, world: int, port: int, rounds: int, steps: int, batch: int,
     x, y = torch.rand(batch, 784), torch.randint(0, 10, (batch,))
     criterion = torch.nn.CrossEntropyLoss()
 
-    def setup(wrap: bool):
+    def setup(wrap: bool, **ddp_options):
         torch.manual_seed(0)
         model = DeepNeuralNetwork(4, 784, 128, 10)
-        model = DistributedDataParallel(model) if wrap else model
+        model = DistributedDataParallel(model, **ddp_options) if wrap else model
         return model, torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # as in train.py
 
     plain, ddp = setup(False), setup(True)
+    buckets, view = setup(True, bucket_cap_mb=0.1), setup(True, gradient_as_bucket_view=True)
     gradient = torch.ones(sum(p.numel() for p in plain[0].parameters()))
     one = torch.zeros(1)
 
@@ -62,7 +70,8 @@ def _rank(rank: int, world: int, port: int, rounds: int, steps: int, batch: int,
         optimizer.step()
 
     work = {"compute": lambda: step(plain), "ddp": lambda: step(ddp),
-            "allreduce": lambda: dist.all_reduce(gradient), "tiny": lambda: dist.all_reduce(one)}
+            "allreduce": lambda: dist.all_reduce(gradient), "tiny": lambda: dist.all_reduce(one),
+            "ddp_buckets": lambda: step(buckets), "ddp_view": lambda: step(view)}
     times = {kind: [] for kind in KINDS}
     for r in range(rounds):
         for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
@@ -76,8 +85,22 @@ def _rank(rank: int, world: int, port: int, rounds: int, steps: int, batch: int,
     if rank == 0:
         result = {kind: statistics.median(v) for kind, v in times.items()}
         result.update(world_size=world, batch_per_rank=batch, gradient_bytes=gradient.numel() * 4, rounds=rounds)
+        result.update(limits(result))
         write_json(out, result)
     dist.destroy_process_group()
+
+
+def limits(result: dict) -> dict:
+    """What communication allows world W, as speed-ups over one rank alone (samples/s of W ranks
+    divided by those of one rank computing without communication)."""
+    w, c, a = result["world_size"], result["compute"], result["allreduce"]
+    return {
+        "limit_no_overlap": w * c / (c + a),     # compute, then all-reduce, one after the other
+        "limit_overlap": w * c / max(c, a),      # the all-reduce entirely hidden behind the backward pass
+        "ddp_speedup": w * c / result["ddp"],    # where DDP stands (default buckets)
+        "ddp_buckets_speedup": w * c / result["ddp_buckets"],
+        "ddp_view_speedup": w * c / result["ddp_view"],
+    }
 
 
 def measure(world: int = 2, rounds: int = 12, steps: int = 40, batch: int = 128) -> dict:
@@ -95,9 +118,16 @@ def print_result(result: dict) -> None:
     print(t("bench.comm.title", world=result["world_size"], batch=result["batch_per_rank"],
             gradient=result["gradient_bytes"] // 1024, rounds=result["rounds"]))
     for kind in KINDS:
-        print(f"  {t('bench.comm.' + kind):<36} {result[kind]:7.3f} ms")
+        if kind in result:
+            print(f"  {t('bench.comm.' + kind):<44} {result[kind]:7.3f} ms")
     print(t("bench.comm.summary", overhead=result["ddp"] - result["compute"], compute=result["compute"],
             world=result["world_size"], limit=result["world_size"] * result["compute"] / result["ddp"]))
+    if "limit_overlap" in result:
+        n = {key: number(result[key], decimals=2) for key in
+             ("limit_no_overlap", "limit_overlap", "ddp_speedup", "ddp_buckets_speedup", "ddp_view_speedup")}
+        print(t("bench.comm.limits", world=result["world_size"], no_overlap=n["limit_no_overlap"],
+                overlap=n["limit_overlap"], ddp=n["ddp_speedup"], buckets=n["ddp_buckets_speedup"],
+                view=n["ddp_view_speedup"]))
 
 
 def main(argv=None) -> int:

@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 
-
-def usable_cores() -> int:
-    """The cores this process may run on (SLURM and taskset restrict them), else all of them."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+from ddp_tutorial import atomic
+from ddp_tutorial.threads import available_cores as usable_cores  # noqa: F401  (one definition, re-exported)
 
 
-def threads_per_process(processes: int) -> int:
-    """The package's default intra-op thread count: the cores shared among the processes."""
-    return max(1, usable_cores() // max(1, processes))
-
-
-def write_json(path, payload: dict) -> None:
-    """Write ``payload`` atomically (a reader never sees half a file)."""
+def write_json(path, payload: dict) -> Path:
+    """:func:`ddp_tutorial.atomic.write_json`, creating the folder first (a reader never sees half a file)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    return atomic.write_json(target, payload)
 
 
 def cpu_model() -> str:

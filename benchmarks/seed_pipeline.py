@@ -42,7 +42,6 @@ from torchvision import transforms
 from ddp_tutorial.data import dataset_class
 from ddp_tutorial.distributed import find_free_port
 from ddp_tutorial.i18n import t
-from ddp_tutorial.train import TrainResult  # noqa: F401  (registers the package's messages, train.accuracy)
 from ddp_tutorial.model import DeepNeuralNetwork  # the seed's class, unchanged
 
 from .common import write_json

@@ -84,7 +84,7 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated zip, random bytes, pickle of something else…
+    except Exception as error:  # noqa: BLE001 - truncated zip, random bytes, a pickle of something else…
         raise TutorialError("ckpt.corrupt", path=str(path), why=type(error).__name__) from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         raise TutorialError("ckpt.corrupt", path=str(path), why="missing fields")

@@ -5,7 +5,10 @@
     ddp-tutorial slurm render|submit|status|wait|cancel|logs ...
     ddp-tutorial env          # what this process would be told: rank, world size, master, backend
 
-Errors a user can fix print one clear line (Turkish with ``DDP_TUTORIAL_LANG=tr``) and exit 2.
+It answers at once: only the chosen subcommand's module is imported, and ``--help``, ``train
+--help``, ``data check`` and ``slurm render`` never import torch. Help texts and argparse's own
+words ("usage:", "invalid int value") are in the user's language (``DDP_TUTORIAL_LANG=tr``).
+Errors a user can fix print one clear line and exit 2.
 """
 
 from __future__ import annotations
@@ -13,58 +16,104 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from . import __version__
-from .config import add_train_arguments, config_from_args
+from . import __version__, exits
 from .i18n import TutorialError, t
-from .spawn import add_launch_arguments, launch
+from .threads import prefer_passive_openmp
 
+from .argtext import ARGPARSE_WORDS, argparse_in_user_language  # noqa: F401 (re-exported)
+
+
+# --------------------------------------------------------------------------------------
+# The subcommands: each is added (and its module imported) only when it is chosen.
+# --------------------------------------------------------------------------------------
 
 def _train(args) -> int:
+    from .config import config_from_args
+    from .spawn import launch
     return launch(config_from_args(args), args.nproc_per_node, 1, 0)
 
 
 def _env(args) -> int:
     from .distributed import resolve_environment
+    from . import gpu
+    print(gpu.report())  # torch, its CUDA, the driver, each GPU, and whether they fit (both languages)
     print(json.dumps(resolve_environment().as_dict(), indent=2))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddp-tutorial",
-                                     description="PyTorch DDP workshop bundle / PyTorch DDP atölye paketi")
-    parser.add_argument("--version", action="version", version=f"ddp-tutorial {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_train(sub) -> None:
+    from .config import add_launch_arguments, add_train_arguments
+    parser = sub.add_parser("train", help=t("cli.train"), description=t("cli.train"))
+    add_launch_arguments(parser, nodes=False)
+    add_train_arguments(parser)
+    parser.set_defaults(func=_train)
 
-    train = sub.add_parser("train", help="train on this machine with N processes")
-    add_launch_arguments(train, nodes=False)
-    add_train_arguments(train)
-    train.set_defaults(func=_train)
 
-    env = sub.add_parser("env", help="print the resolved distributed environment")
-    env.set_defaults(func=_env)
+def _add_env(sub) -> None:
+    sub.add_parser("env", help=t("cli.env"), description=t("cli.env")).set_defaults(func=_env)
 
-    from . import data
-    data.add_cli(sub)
-    try:
-        from . import slurm
-    except ImportError:  # pragma: no cover - slurm.py is part of the package
-        slurm = None
-    if slurm is not None and hasattr(slurm, "add_cli"):
-        slurm.add_cli(sub)
+
+def _add_data(sub) -> None:
+    from .staging import add_cli
+    add_cli(sub)
+
+
+def _add_slurm(sub) -> None:
+    from .slurm.cli import add_cli  # the one late import of the SLURM side (no torch there either)
+    add_cli(sub)
+
+
+# name → (adds the full parser, the catalogue key of its one-line help)
+COMMANDS: Dict[str, Tuple[Callable, str]] = {
+    "train": (_add_train, "cli.train"),
+    "env": (_add_env, "cli.env"),
+    "data": (_add_data, "data.cli.data"),
+    "slurm": (_add_slurm, "cli.slurm"),
+}
+
+
+def chosen_command(argv: Sequence[str]) -> Optional[str]:
+    """The subcommand ``argv`` names (its first word not starting with ``-``), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The ``ddp-tutorial`` parser; with ``only``, every other subcommand is a one-line stub, so
+    choosing one imports nothing the others need. Call it inside :func:`argparse_in_user_language`
+    for argparse's own words in the user's language."""
+    parser = argparse.ArgumentParser(prog="ddp-tutorial", description=t("cli.description"))
+    parser.add_argument("--version", action="version", version=f"ddp-tutorial {__version__}",
+                        help=t("cli.version"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    for name, (add, help_key) in COMMANDS.items():
+        if only is None or name == only:
+            add(sub)
+        else:
+            sub.add_parser(name, help=t(help_key))
     return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prefer_passive_openmp()  # before anything imports torch; the training processes inherit it
+    command = chosen_command(argv)
+    with argparse_in_user_language():
+        parser = build_parser(only=command if command in COMMANDS else "")
+        args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except TutorialError as error:
         print(f"{t('error.prefix')}: {error}", file=sys.stderr, flush=True)
         return error.exit_code
+    except OSError as error:  # a path the user gave that cannot be used: say which and why, no traceback
+        path = error.filename2 or error.filename or "?"
+        print(f"{t('error.prefix')}: {t('cli.os_error', path=path, why=error.strerror or error)}",
+              file=sys.stderr, flush=True)
+        return exits.USER_ERROR
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
 
 
 if __name__ == "__main__":

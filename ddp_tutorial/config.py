@@ -71,35 +71,45 @@ class TrainConfig:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The training options, shared by every launcher's command line."""
+    """The training options, shared by every launcher's command line (help in the user's language;
+    no torch import, so ``ddp-tutorial train --help`` answers at once)."""
+    from .i18n import t
     d = TrainConfig.__dataclass_fields__
-    g = parser.add_argument_group("training")
-    g.add_argument("--dataset", default=None, help="mnist (default; $DDP_TUTORIAL_DATASET) or fashion-mnist")
-    g.add_argument("--root", default=None, help="where the data set is staged ($DDP_TUTORIAL_ROOT)")
-    g.add_argument("--epochs", type=int, default=d["epochs"].default)
-    g.add_argument("--batch-size", type=int, default=d["batch_size"].default, help="per process (default 128)")
-    g.add_argument("--lr", type=float, default=d["lr"].default)
+    g = parser.add_argument_group(t("cli.group_training"))
+    g.add_argument("--dataset", default=None, help=t("cli.dataset"))
+    g.add_argument("--root", default=None, help=t("cli.root"))
+    g.add_argument("--epochs", type=int, default=d["epochs"].default, help=t("cli.epochs"))
+    g.add_argument("--batch-size", type=int, default=d["batch_size"].default, help=t("cli.batch_size"))
+    g.add_argument("--lr", type=float, default=d["lr"].default, help=t("cli.lr"))
     g.add_argument("--scale-lr", nargs="?", const="linear", default="none", choices=("none", "linear", "sqrt"),
-                   help="scale lr with the world size: linear (× N; bare --scale-lr) or sqrt (× √N)")
-    g.add_argument("--warmup-steps", type=int, default=d["warmup_steps"].default,
-                   help="raise lr linearly to its value over the first N steps")
-    g.add_argument("--seed", type=int, default=d["seed"].default)
-    g.add_argument("--num-layers", type=int, default=d["num_layers"].default)
-    g.add_argument("--hidden", type=int, default=d["hidden"].default)
-    g.add_argument("--backend", default="auto", help="auto (nccl on GPUs, gloo on CPU), gloo or nccl")
-    g.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    g.add_argument("--timeout", type=float, default=d["timeout"].default,
-                   help="seconds to wait for the other processes (default 300)")
-    g.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
-    g.add_argument("--checkpoint-dir", default=None, help="write a checkpoint here every epoch")
-    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
-    g.add_argument("--json", default=None, help="write the result as JSON here (rank 0)")
-    g.add_argument("--train-subset", type=int, default=None, help="train on the first N images only")
-    g.add_argument("--no-eval", dest="evaluate", action="store_false", help="skip the rank-0 test")
-    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="show a progress bar")
-    g.add_argument("--no-progress", dest="progress", action="store_false")
-    g.add_argument("--quiet", action="store_true", help="no per-rank lines")
+                   help=t("cli.scale_lr"))
+    g.add_argument("--warmup-steps", type=int, default=d["warmup_steps"].default, help=t("cli.warmup_steps"))
+    g.add_argument("--seed", type=int, default=d["seed"].default, help=t("cli.seed"))
+    g.add_argument("--num-layers", type=int, default=d["num_layers"].default, help=t("cli.num_layers"))
+    g.add_argument("--hidden", type=int, default=d["hidden"].default, help=t("cli.hidden"))
+    g.add_argument("--backend", default="auto", help=t("cli.backend"))
+    g.add_argument("--device", default="auto", help=t("cli.device"))
+    g.add_argument("--timeout", type=float, default=d["timeout"].default, help=t("cli.timeout"))
+    g.add_argument("--threads", type=int, default=None, help=t("cli.threads"))
+    g.add_argument("--checkpoint-dir", default=None, help=t("cli.checkpoint_dir"))
+    g.add_argument("--resume", action="store_true", help=t("cli.resume"))
+    g.add_argument("--json", default=None, help=t("cli.json"))
+    g.add_argument("--train-subset", type=int, default=None, help=t("cli.train_subset"))
+    g.add_argument("--no-eval", dest="evaluate", action="store_false", help=t("cli.no_eval"))
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help=t("cli.progress"))
+    g.add_argument("--no-progress", dest="progress", action="store_false", help=t("cli.no_progress"))
+    g.add_argument("--quiet", action="store_true", help=t("cli.quiet"))
     return parser
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser, nodes: bool = True) -> None:
+    """How many processes, on how many nodes (torch-free, like :func:`add_train_arguments`)."""
+    from .i18n import t
+    g = parser.add_argument_group(t("cli.group_launch"))
+    g.add_argument("--nproc-per-node", type=int, default=None, help=t("cli.nproc_per_node"))
+    if nodes:
+        g.add_argument("--nnodes", type=int, default=None, help=t("cli.nnodes"))
+        g.add_argument("--node-rank", type=int, default=None, help=t("cli.node_rank"))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import string
 from importlib import resources
 from typing import Dict
 
@@ -42,9 +43,26 @@ def messages(lang: str) -> Dict[str, str]:
     return flat
 
 
+class _LocalNumbers(string.Formatter):
+    """``str.format`` that writes numbers the Turkish way: decimal comma, dot between thousands
+    (``{loss:.4f}`` → 0,4567; ``{rate:,.0f}`` → 12.345). Text fields are left as they are."""
+
+    def format_field(self, value, format_spec):
+        text = super().format_field(value, format_spec)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
+        return text
+
+
+_TURKISH = _LocalNumbers()
+
+
 def t(key: str, lang: str | None = None, **fields: object) -> str:
-    """The message ``key`` in ``lang`` (default: :func:`language`), formatted with ``fields``."""
-    return messages(lang or language())[key].format(**fields)
+    """The message ``key`` in ``lang`` (default: :func:`language`), formatted with ``fields``;
+    numbers are written the way the language writes them (0,5 and 1.234 in Turkish)."""
+    lang = lang or language()
+    text = messages(lang)[key]
+    return _TURKISH.format(text, **fields) if lang == "tr" else text.format(**fields)
 
 
 def catalogue() -> Dict[str, Dict[str, str]]:
@@ -87,3 +105,10 @@ def number(value: float, lang: str | None = None, decimals: int | None = None) -
     if lang == "tr":
         text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
     return text
+
+
+def percent(value: float, decimals: int = 2, lang: str | None = None) -> str:
+    """A percentage the way the language writes it: ``%85,24`` in Turkish, ``85.24 %`` in English."""
+    lang = lang or language()
+    text = number(value, lang, decimals)
+    return f"%{text}" if lang == "tr" else f"{text} %"

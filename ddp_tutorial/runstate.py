@@ -30,7 +30,7 @@ from . import checkpoint as ckpt
 from . import exits
 from . import result as results
 from .config import TrainConfig
-from .distributed import DistEnv
+from .distributed import DistEnv, classify_failure, control_group
 from .i18n import TutorialError, t
 from .preemption import Preempted, StopRequest
 from .result import TrainResult
@@ -52,12 +52,6 @@ def scaled_lr(config: TrainConfig, world_size: int) -> float:
     ``sqrt`` (× √N, the usual heuristic for Adam) or ``none``."""
     factor = {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[config.scale_lr]
     return config.lr * factor
-
-
-def looks_like_lost_peer(text: str) -> bool:
-    lowered = text.lower()
-    return any(s in lowered for s in ("connection reset", "connection closed", "connection refused",
-                                      "broken pipe", "timed out", "timeout", "peer", "socket"))
 
 
 class RunState:
@@ -101,8 +95,8 @@ class RunState:
         self.steps_per_epoch = steps_per_epoch
         self.shape = shape
         self.lr = scaled_lr(self.config, self.env.world_size)
-        if self.distributed and backend == "nccl":  # votes and loss sums on the CPU: no GPU sync
-            self.control_group = dist.new_group(backend="gloo")
+        if self.distributed:  # nccl: votes and loss sums on the CPU through a gloo side group
+            self.control_group = control_group()
         self.result = TrainResult(
             rank=self.env.rank, world_size=self.env.world_size, dataset=self.config.dataset, backend=backend,
             device=str(device), seed=self.config.seed, lr=self.lr, batch_size=self.config.batch_size,
@@ -230,7 +224,7 @@ class RunState:
     def lost_peer(self, error: BaseException) -> None:
         """A collective failed because another rank died: raise our message (exit code 3) instead."""
         text = str(error)
-        if self.distributed and looks_like_lost_peer(text):
+        if self.distributed and classify_failure(text, self.backend) == "lost_peer":
             lost = TutorialError("train.lost_peer", rank=self.env.rank, detail=text.strip().splitlines()[0][:200])
             lost.exit_code = exits.LOST_PEER  # a consequence of another rank's failure (spawn's supervisor)
             raise lost from None

@@ -9,6 +9,11 @@ per GPU of this node (or ``--nproc-per-node`` CPU processes where there is no GP
 Unlike a bare ``torch.multiprocessing.spawn`` it watches its children: when one fails, it
 names the failed rank, stops the others (SIGTERM, then SIGKILL after a grace period) and
 exits non-zero, so a broken job ends in seconds instead of hanging until its time limit.
+It names the *first real* failure: a rank that exits with code 3 (it lost contact) or is
+aborted by SIGABRT (NCCL's watchdog, after a collective timed out because a peer died) is a
+victim; the supervisor waits a few seconds for the cause, names it, and lists the victims as
+consequences, with the line number of NCCL's "Watchdog caught collective operation timeout"
+in the job's error file when stderr is a file (SLURM's ``.err``).
 Signals it receives (SIGUSR1 from SLURM before the time limit, SIGTERM) are passed on to
 the children; Ctrl-C stops them. Children die with it if it is killed (``PR_SET_PDEATHSIG``).
 """
@@ -23,12 +28,15 @@ import os
 import signal
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from .config import TrainConfig, add_train_arguments, config_from_args
-from .distributed import EXIT_LOST_PEER, find_free_port, resolve_environment
+from .config import TrainConfig, add_launch_arguments, add_train_arguments, config_from_args
+from . import launch_env as names
+from .distributed import device_for, explained, find_free_port, resolve_environment
 from .i18n import TutorialError, t
-from .preemption import EXIT_REQUEUE
+from .threads import prefer_passive_openmp
+from .exits import LOST_PEER as EXIT_LOST_PEER
+from .exits import REQUEUE as EXIT_REQUEUE
 
 
 GRACE_SECONDS = 5.0
@@ -54,7 +62,62 @@ def _child_entry(local_rank: int, function: Callable, args: tuple) -> None:
     sys.exit(run_and_exit(function, local_rank, *args))
 
 
-def _describe(code: int) -> str:
+ABORT_CODES = (-signal.SIGABRT, 128 + signal.SIGABRT)  # SIGABRT: -6 from Python, 134 from a shell
+
+
+def is_consequence(code: Optional[int]) -> bool:
+    """An exit that follows *another* rank's failure: lost contact (3), or SIGABRT — what NCCL's
+    watchdog does to a survivor whose collective timed out (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)."""
+    return code == EXIT_LOST_PEER or code in ABORT_CODES
+
+
+def first_failure(events: Sequence[Tuple[int, int]]) -> Tuple[Optional[Tuple[int, int]], List[Tuple[int, int]]]:
+    """From (local rank, exit code) in the order the processes ended: (the first real failure,
+    the consequences). When every failure is a consequence, the first one is named (the cause is
+    on another node) and is not among the consequences. A pure function."""
+    failed = [(rank, code) for rank, code in events if code not in (0, None, EXIT_REQUEUE)]
+    if not failed:
+        return None, []
+    real = [e for e in failed if not is_consequence(e[1])]
+    cause = real[0] if real else failed[0]
+    return cause, [e for e in failed if e != cause and is_consequence(e[1])]
+
+
+def stderr_file() -> Optional[str]:
+    """The file this process's stderr goes to (a SLURM job's ``.err`` file), if it is a file."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None
+
+
+def locate(path: Optional[str], needle: str) -> Optional[int]:
+    """The number (from 1) of the first line of ``path`` containing ``needle``; None if none."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if needle in line:
+                    return number
+    except OSError:
+        return None
+    return None
+
+
+def _where_watchdog() -> str:
+    from .distributed import WATCHDOG_LINE
+    path = stderr_file()
+    line = locate(path, WATCHDOG_LINE)
+    if line is not None:
+        return t("spawn.watchdog_at", path=path, line=line, needle=WATCHDOG_LINE)
+    return t("spawn.watchdog_search", needle=WATCHDOG_LINE)
+
+
+def _describe(code: int, short: bool = False) -> str:
+    if code in ABORT_CODES:
+        return t("spawn.aborted_short" if short else "spawn.aborted", where=_where_watchdog())
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -71,13 +134,16 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     """Start ``function(local_rank, *args)`` in ``nprocs`` fresh processes and supervise them.
 
     Returns 0 when all succeed, ``EXIT_REQUEUE`` when they stopped for a requeue, otherwise the
-    exit code of the first failure (1 when it was killed by a signal).
+    exit code of the first real failure (1 when it was killed by a signal; 3 when this node's
+    processes only lost contact with a failed rank elsewhere, or were aborted by NCCL's watchdog).
     """
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
+    prefer_passive_openmp()  # the children import torch afresh: their OpenMP threads sleep while waiting
     context = mp.get_context("spawn")  # fresh interpreters: safe with CUDA, same on every OS
     children: List[mp.Process] = []
     for local_rank in range(nprocs):
-        child = context.Process(target=_child_entry, args=(local_rank, function, args), name=f"rank{rank_of(local_rank)}")
+        child = context.Process(target=_child_entry, args=(local_rank, function, args),
+                                name=f"rank{rank_of(local_rank)}")
         child.start()
         children.append(child)
 
@@ -115,30 +181,48 @@ def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable
                 if all(c == EXIT_REQUEUE or c == 0 for c in codes):
                     print(t("spawn.preempted", node=node_rank, code=EXIT_REQUEUE), file=sys.stderr, flush=True)
                     return EXIT_REQUEUE
-            if code == EXIT_LOST_PEER:
-                # This rank stopped only because another one failed. If that one is ours, it is
-                # exiting too: wait a little and name it instead (found by tests/test_faults.py).
+            events = [(local_rank, code)]
+            if is_consequence(code):
+                # This rank stopped only because another one failed (lost contact, or NCCL's watchdog
+                # aborted it). If that one is ours, it is exiting too: wait a little and name it
+                # instead (found by tests/test_faults.py).
                 cause = _wait_for_cause(pending, CAUSE_WAIT_SECONDS)
                 if cause is not None:
-                    local_rank, code = cause
+                    events.append(cause)
+            events += [(i, c.exitcode) for i, c in enumerate(children)
+                       if c.exitcode not in (None, 0) and all(i != e[0] for e in events)]
+            (local_rank, code), consequences = first_failure(events)
             others = sum(1 for c in children if c.exitcode is None)
             print(t("spawn.child_failed", rank=rank_of(local_rank), local_rank=local_rank, node=node_rank,
                     how=_describe(code), others=others), file=sys.stderr, flush=True)
+            elsewhere = is_consequence(code)  # no process of this node failed on its own
+            for victim, victim_code in consequences:
+                how = _describe(victim_code, short=True)
+                if elsewhere:
+                    print(t("spawn.also_victim", rank=rank_of(victim), local_rank=victim, how=how),
+                          file=sys.stderr, flush=True)
+                else:
+                    print(t("spawn.consequence", rank=rank_of(victim), local_rank=victim, how=how,
+                            cause=rank_of(local_rank)), file=sys.stderr, flush=True)
+            if elsewhere:
+                print(t("spawn.cause_elsewhere", node=node_rank), file=sys.stderr, flush=True)
             _stop(children)
+            if code in ABORT_CODES:
+                return EXIT_LOST_PEER
             return code if code > 0 else 1
     return 0
 
 
 def _wait_for_cause(pending: dict, seconds: float) -> Optional[tuple]:
     """(local rank, exit code) of the first child in ``pending`` to fail for a reason of its own
-    (not 0, not lost contact) within ``seconds``; None if there is none."""
+    (not 0, not lost contact, not a watchdog abort) within ``seconds``; None if there is none."""
     deadline = time.monotonic() + seconds
     while pending and time.monotonic() < deadline:
         left = max(0.0, deadline - time.monotonic())
         for sentinel in multiprocessing.connection.wait(list(pending), timeout=left):
             local_rank, child = pending.pop(sentinel)
             child.join()
-            if child.exitcode not in (0, EXIT_LOST_PEER, EXIT_REQUEUE):
+            if child.exitcode not in (0, EXIT_REQUEUE) and not is_consequence(child.exitcode):
                 return local_rank, child.exitcode
     return None
 
@@ -168,17 +252,22 @@ def _train_child(local_rank: int, config: TrainConfig, nproc_per_node: int, node
     train(config, env)
 
 
+def _visible_gpus() -> int:
+    """GPUs this process sees (without initialising CUDA here: the children use them)."""
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def default_nproc_per_node() -> int:
     """One process per visible GPU, or 1 on a machine without GPUs."""
-    import torch
-    return torch.cuda.device_count() or 1
+    return _visible_gpus() or 1
 
 
 def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes: Optional[int] = None,
            node_rank: Optional[int] = None) -> int:
     """Start this node's training processes; returns the exit code for this node."""
     config.validate()
-    if node_rank is None and num_nodes is None and os.environ.get("SLURM_PROCID", "") != "":
+    if node_rank is None and num_nodes is None and os.environ.get(names.SLURM_PROCID, "") != "":
         probe = resolve_environment(local_rank=0, nproc_per_node=1)  # reads SLURM_PROCID / SLURM_NPROCS
         node_rank, num_nodes = probe.node_rank, probe.num_nodes
     node_rank = 0 if node_rank is None else node_rank
@@ -187,15 +276,21 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     if nproc_per_node < 1 or num_nodes < 1:
         raise TutorialError("env.world_size", world_size=nproc_per_node * num_nodes)
 
-    if not os.environ.get("MASTER_PORT"):
+    if config.device != "cpu":
+        # The device rule (distributed.device_for), checked once here before any child starts: the
+        # children share this node's GPUs, one each; fewer GPUs than processes is an error, never a
+        # silent mix of CUDA+nccl and CPU+gloo ranks.
+        with explained():
+            device_for(nproc_per_node - 1, _visible_gpus(), config.device, nproc_per_node, "shared")
+    if not os.environ.get(names.MASTER_PORT):
         if num_nodes == 1:  # all processes on this machine: meet on loopback, on a port free right now
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = str(find_free_port(os.environ["MASTER_ADDR"]))
-        elif not os.environ.get("SLURM_JOB_ID"):  # several nodes must agree on one address and port
+            os.environ.setdefault(names.MASTER_ADDR, "127.0.0.1")
+            os.environ[names.MASTER_PORT] = str(find_free_port(os.environ[names.MASTER_ADDR]))
+        elif not os.environ.get(names.SLURM_JOB_ID):  # several nodes must agree on one address and port
             raise TutorialError("spawn.no_port", nnodes=num_nodes)
     # Check the whole environment here, once, before any child starts.
     env = resolve_environment(local_rank=0, nproc_per_node=nproc_per_node, node_rank=node_rank, num_nodes=num_nodes)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = env.master_addr, str(env.master_port)
+    os.environ[names.MASTER_ADDR], os.environ[names.MASTER_PORT] = env.master_addr, str(env.master_port)
 
     if nproc_per_node == 1 and num_nodes == 1:  # one process: no child needed
         from .train import run_and_exit, train
@@ -204,21 +299,14 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
                          node_rank=node_rank)
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser, nodes: bool = True) -> None:
-    g = parser.add_argument_group("launch")
-    g.add_argument("--nproc-per-node", type=int, default=None,
-                   help="training processes on this node (default: one per GPU, 1 without GPUs)")
-    if nodes:
-        g.add_argument("--nnodes", type=int, default=None, help="number of nodes (default: $SLURM_NPROCS or 1)")
-        g.add_argument("--node-rank", type=int, default=None, help="this node's number (default: $SLURM_PROCID or 0)")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddp_tutorial.spawn",
                                      description="Per-node parent: one training process per GPU (the seed's scheme).")
     add_launch_arguments(parser)
     add_train_arguments(parser)
-    args = parser.parse_args(argv)
+    from .argtext import argparse_in_user_language
+    with argparse_in_user_language():
+        args = parser.parse_args(argv)
     from .train import run_and_exit
     code = 0
 

@@ -73,7 +73,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
         #    until all `world_size` have arrived (or the timeout). One process needs no group.
         distributed = env.world_size > 1
         if distributed:
-            init_process_group(env, backend, config.timeout)
+            init_process_group(env, backend, config.timeout, device)
         try:
             # 5. The sampler: the same shuffle on every rank (same seed), each rank takes every
             #    world_size-th index from its rank on. Padding makes the shares equal.
@@ -161,8 +161,9 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
 # python -m ddp_tutorial.train — alone, or under torchrun / srun.
 
 def main(argv=None) -> int:
-    parser = argparse_parser()
-    args = parser.parse_args(argv)
+    from .argtext import argparse_in_user_language
+    with argparse_in_user_language():
+        args = argparse_parser().parse_args(argv)
     return run_and_exit(lambda: train(config_from_args(args)))
 
 

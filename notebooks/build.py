@@ -15,9 +15,16 @@ by construction; each markdown cell is written twice, once per language. The for
 
 (a ``=== md tr`` block must be followed at once by its ``=== md en`` block).
 
+Code is written once, but its comments and the text it prints are in the notebook's language:
+``⟪Türkçe‖English⟫`` anywhere in a code cell becomes the Turkish part in ``tr/`` and the English
+part in ``en/``, e.g. ``print(⟪"Hazır"‖"Ready"⟫)`` or ``x = 1  # ⟪bir‖one⟫``. Only comments and
+string literals may differ: the parity test (tests/test_notebooks_parity.py) compares the two
+languages' code token by token with comments and strings set aside.
+
     python notebooks/build.py                   # rewrite both languages from the sources
     python notebooks/build.py --execute         # … and run them, storing real outputs
     python notebooks/build.py --execute 04      # only the notebooks whose name starts with 04
+    python notebooks/build.py --solutions       # instructors: notebooks/solutions/{tr,en}, exercises solved
 
 Without ``--execute`` a code cell whose code did not change keeps the outputs stored with it
 (so a markdown fix needs no new run); a changed code cell loses them until the next ``--execute``.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -75,11 +83,22 @@ def parse(path: Path) -> list:
     return cells
 
 
+BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
+
+
+def localize(code: str, lang: str) -> str:
+    """The code of a cell in one language: ``⟪tr‖en⟫`` → its ``lang`` part."""
+    code = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), code)
+    if "⟪" in code or "⟫" in code or "‖" in code:
+        raise ValueError(f"an unbalanced ⟪…‖…⟫ in a code cell:\n{code}")
+    return code
+
+
 def build(path: Path, lang: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     for kind, content in parse(path):
         if kind.startswith("code"):
-            cell = nbformat.v4.new_code_cell(content)
+            cell = nbformat.v4.new_code_cell(localize(content, lang))
             if kind == "code raises-exception":  # the tag both nbval and nbclient understand
                 cell.metadata["tags"] = ["raises-exception"]
             nb.cells.append(cell)
@@ -91,6 +110,19 @@ def build(path: Path, lang: str) -> nbformat.NotebookNode:
     nb.metadata["language_info"] = {"name": "python"}
     nb.metadata["language"] = lang
     nb.metadata["ddp_tutorial"] = {"source": f"notebooks/src/{path.name}", "language": lang}
+    return nb
+
+
+def fill_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The instructors' copy: every exercise cell (first line ``# EXERCISE name``) holds the solution
+    of :mod:`ddp_tutorial.exercises` instead of the placeholder, so every ``check()`` passes."""
+    from ddp_tutorial import exercises
+    for cell in nb.cells:
+        first = cell.source.split("\n", 1)[0] if cell.cell_type == "code" else ""
+        if first.startswith("# EXERCISE "):
+            name = first[len("# EXERCISE "):].strip()
+            cell.source = f"# EXERCISE {name} (solution)\n" + exercises.get(name).code.strip()
+    nb.metadata["ddp_tutorial"]["solutions"] = True
     return nb
 
 
@@ -110,6 +142,62 @@ def keep_outputs(nb: nbformat.NotebookNode, target: Path) -> None:
         nb.metadata["ddp_tutorial"]["executed_with"] = executed
 
 
+MAX_LINE = 100  # code lines longer than this are clipped in JupyterLab beside the file browser
+# An absolute path of some machine in a stored output (the author's checkout, home, temporary folders).
+MACHINE_PATH = re.compile(r"(?<![\w.~$<>/-])/(?:tmp|work|root|home|Users|private|var/folders|scratch)/[^\s\"'`)\]]*")
+
+
+def long_lines(nb: nbformat.NotebookNode, name: str) -> list:
+    """``name cell N line M: K characters`` for every code line longer than MAX_LINE."""
+    return [f"{name} cell {i} line {j}: {len(line)} characters (at most {MAX_LINE})"
+            for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for j, line in enumerate(cell.source.splitlines(), 1) if len(line) > MAX_LINE]
+
+
+def _output_texts(output):
+    """(container, key) for each text field of an output that can show a path."""
+    if "text" in output:
+        yield output, "text"
+    for key in ("text/plain", "text/html", "text/markdown", "text/latex"):
+        if key in output.get("data", {}):
+            yield output["data"], key
+    if "traceback" in output:
+        for i in range(len(output["traceback"])):
+            yield output["traceback"], i
+    if "evalue" in output:
+        yield output, "evalue"
+
+
+def scrub_paths(nb: nbformat.NotebookNode) -> None:
+    """Stored outputs show no machine's paths: the data root as ``$DDP_TUTORIAL_ROOT``, the checkout
+    as paths relative to it, the home folder as ``~``, a temporary folder as ``…``."""
+    root = os.environ.get("DDP_TUTORIAL_ROOT")
+    rules = [(re.escape(str(Path(root).resolve())) + r"(?=[/\s\"']|$)", "$DDP_TUTORIAL_ROOT")] if root else []
+    rules += [(r"((?:data root|veri kökü): )/\S+", r"\1$DDP_TUTORIAL_ROOT"),  # runs before notebook.setup hid it
+              (re.escape(str(HERE.parent)) + "/", ""), (re.escape(str(HERE.parent)) + r"\b", "."),
+              (re.escape(str(Path.home())) + "/", "~/"), (r"/tmp/[^/\s\"']+/", "…/")]
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            for container, key in list(_output_texts(output)):
+                value = container[key]
+                joined = "".join(value) if isinstance(value, list) else value
+                for pattern, repl in rules:
+                    joined = re.sub(pattern, repl, joined)
+                container[key] = joined
+
+
+def machine_paths(nb: nbformat.NotebookNode, name: str) -> list:
+    """``name cell N: /a/path`` for every absolute machine path left in a stored output."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            for container, key in _output_texts(output):
+                value = container[key]
+                text = "".join(value) if isinstance(value, list) else value
+                found += [f"{name} cell {i}: {m.group(0)[:80]}" for m in MACHINE_PATH.finditer(text)]
+    return found
+
+
 def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> None:
     from nbclient import NotebookClient
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
@@ -126,12 +214,15 @@ def main(argv=None) -> int:
     parser.add_argument("--execute", action="store_true", help="run the notebooks and store their outputs")
     parser.add_argument("--languages", nargs="+", default=list(LANGUAGES), choices=LANGUAGES)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument("--solutions", action="store_true",
+                        help="write the instructors' copies, exercises solved, to notebooks/solutions/{tr,en} "
+                             "(git-ignored; never mixed with the attendees' notebooks)")
     parser.add_argument("--slurmlab", action="store_true",
                         help="run the notebooks on the login node of the test suite's two-node SLURM "
-                             "cluster (tests/slurmlab.py; root), so that 05 really submits its jobs")
+                             "cluster (tests/helpers/slurmlab.py; root), so that 05 really submits its jobs")
     args = parser.parse_args(argv)
     if args.slurmlab:
-        sys.path.insert(0, str(HERE.parent / "tests"))
+        sys.path.insert(0, str(HERE.parent / "tests" / "helpers"))
         import subprocess
 
         from slurmlab import SlurmLab
@@ -149,21 +240,35 @@ def _build(args, parser) -> int:
     sources = sorted(p for p in SOURCES.glob("*.cells") if not args.only or p.name.startswith(tuple(args.only)))
     if not sources:
         parser.error("no matching source in notebooks/src")
+    too_long = [line for path in sources for lang in args.languages
+                for line in long_lines(build(path, lang), f"{lang}/{path.stem}")]
+    if too_long and args.execute:  # checked before anything is run
+        print("code lines too long (fix them in notebooks/src):\n  " + "\n  ".join(too_long), file=sys.stderr)
+        return 1
     for path in sources:
         for lang in args.languages:
-            folder = HERE / lang
-            folder.mkdir(exist_ok=True)
+            folder = HERE / "solutions" / lang if args.solutions else HERE / lang
+            folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"{path.stem}.ipynb"
-            nb = build(path, lang)
+            nb = fill_solutions(build(path, lang)) if args.solutions else build(path, lang)
             if args.execute:
                 began = time.monotonic()
                 execute(nb, folder, args.timeout)
                 print(f"ran {target.relative_to(HERE.parent)} in {time.monotonic() - began:.0f} s", flush=True)
             else:
                 keep_outputs(nb, target)
+            scrub_paths(nb)
+            paths = machine_paths(nb, target.name)
+            if paths:  # stored outputs must not show this machine's paths
+                print(f"{target.relative_to(HERE.parent)} not written: machine paths in its outputs:\n  "
+                      + "\n  ".join(paths), file=sys.stderr)
+                return 1
             nbformat.validate(nb)
             nbformat.write(nb, target)
             print(f"wrote {target.relative_to(HERE.parent)}")
+    if too_long:  # the notebooks are written (the parity test keeps passing), but the build fails
+        print("code lines too long (fix them in notebooks/src):\n  " + "\n  ".join(too_long), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,11 +3,16 @@
 #
 #   bash scripts/lab.sh          # English notebooks
 #   bash scripts/lab.sh tr       # Türkçe defterler
+#   bash scripts/lab.sh tr --reset   # a fresh copy of the notebooks (the old one is kept as a backup)
 #
-# 1. creates/updates the virtual environment .venv (scripts/setup.sh: PyTorch, the package, JupyterLab);
+# 1. creates/updates the virtual environment .venv (scripts/setup.sh: PyTorch, the package, JupyterLab;
+#    again only when pyproject.toml or setup.sh changed since it last ran here);
 # 2. stages a data set once, if none is staged yet: MNIST (downloaded; needs internet), or else
 #    Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist) offline;
-# 3. starts JupyterLab on notebooks/<language>/, with 00_setup.ipynb open.
+# 3. copies notebooks/<language>/ to the attendee's working copy workshop/<language>/ on first start
+#    (git-ignored: outputs and edits never touch the repository's notebooks, `git pull` stays clean;
+#    `--reset` renames the old copy to workshop/<language>.backup-<date> and copies afresh);
+# 4. starts JupyterLab on that working copy; the printed URL opens 00_setup.ipynb.
 #
 # Environment: DDP_TUTORIAL_DATASET (mnist | fashion-mnist), DDP_TUTORIAL_ROOT (default .data in
 # this checkout; on a cluster, a folder the compute nodes see too), and any `jupyter lab` option
@@ -17,8 +22,16 @@ cd "$(dirname "$0")/.."
 
 lang=en
 if [ "${1:-}" = tr ] || [ "${1:-}" = en ]; then lang=$1; shift; fi
+reset=0
+args=()
+for a in "$@"; do if [ "$a" = --reset ]; then reset=1; else args+=("$a"); fi; done
 
-bash scripts/setup.sh
+# setup.sh again only when what it installs changed since it last succeeded here (it takes a minute).
+stamp=.venv/.lab-setup-done
+if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml scripts/setup.sh -newer "$stamp" 2>/dev/null)" ]; then
+  bash scripts/setup.sh
+  touch "$stamp"
+fi
 
 export DDP_TUTORIAL_LANG=$lang
 export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$PWD/.data}
@@ -35,22 +48,48 @@ if [ -z "$dataset" ]; then                  # keep whatever is staged already, M
 fi
 if [ -z "$dataset" ] || ! staged "$dataset"; then
   echo "== staging the data in $DDP_TUTORIAL_ROOT"
-  if [ "${dataset:-mnist}" = mnist ] && "$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT"; then
+  if [ "${dataset:-mnist}" = mnist ] && log=$("$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" 2>&1); then
     dataset=mnist
   elif [ "${dataset:-fashion-mnist}" = fashion-mnist ] && [ -d "$debian" ]; then
+    if [ "${dataset:-}" = "" ]; then        # MNIST was tried and could not be downloaded: say so in one line
+      if [ "$lang" = tr ]; then echo "== MNIST için internet gerekiyor; Debian'ın Fashion-MNIST'i kullanılıyor"
+      else echo "== MNIST needs internet; using Debian's Fashion-MNIST"; fi
+    fi
     dataset=fashion-mnist
     "$cli" data prepare --dataset fashion-mnist --root "$DDP_TUTORIAL_ROOT" --from "$debian"
   else
+    [ -n "${log:-}" ] && echo "$log" >&2
     echo "!! no data set could be staged (no internet for MNIST, and no $debian)." >&2
     echo "!! The notebooks will say how to stage one; starting JupyterLab anyway." >&2
     dataset=${dataset:-mnist}
   fi
 fi
 export DDP_TUTORIAL_DATASET=$dataset
-echo "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: notebooks/$lang"
 
-# The notebooks' folder is JupyterLab's root; the first notebook opens at once.
+# The attendee's working copy: created on first start, refreshed only with --reset. DDP_TUTORIAL_WORK
+# moves it (keep it inside the checkout: 04-06 find benchmarks/ and runs/ from the notebook's folder up).
+work=${DDP_TUTORIAL_WORK:-$PWD/workshop}/$lang
+if [ $reset = 1 ] && [ -d "$work" ]; then
+  backup=$work.backup-$(date +%Y%m%d-%H%M%S)
+  mv "$work" "$backup"
+  echo "== --reset: the previous copy is kept in ${backup#"$PWD"/}"
+fi
+if [ ! -d "$work" ]; then
+  mkdir -p "$work.partial"
+  cp notebooks/"$lang"/*.ipynb "$work.partial"/
+  mv "$work.partial" "$work"                  # complete or absent, never half a copy
+fi
+echo "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: ${work#"$PWD"/} (your copy)"
+
+# The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder.
+settings=$(.venv/bin/python -c "import sys; print(sys.prefix)")/share/jupyter/lab/settings
+mkdir -p "$settings"
+cmp -s notebooks/lab/overrides.json "$settings/overrides.json" || cp notebooks/lab/overrides.json "$settings/"
+
+# The working copy is JupyterLab's root; the URL it prints (and opens) lands on 00_setup.
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)   # containers often run as root; JupyterLab refuses without it
-exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD/notebooks" "${extra[@]}" "$@" \
-     "$PWD/notebooks/$lang/00_setup.ipynb"
+cd "$work"
+# Open tabs are remembered per working copy (not across languages): its own workspaces folder.
+exec "$OLDPWD/.venv/bin/jupyter" lab --ServerApp.root_dir="$work" --LabApp.workspaces_dir="$work.lab-workspaces" \
+     --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" "${args[@]}"

@@ -7,6 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 
+# The browser test (tests/test_browser.py): Debian's Chromium driven by the playwright Python package
+# (no browser download: the test uses /usr/bin/chromium).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s chromium fonts-dejavu-core >/dev/null 2>&1; then
+  echo "== apt-get install chromium fonts-dejavu-core"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
+.venv/bin/python -c "import playwright" 2>/dev/null \
+  || .venv/bin/python -m pip --disable-pip-version-check -q install playwright
+
 # The notebooks run offline on Debian's genuine Fashion-MNIST, staged once.
 export DDP_TUTORIAL_DATASET=${DDP_TUTORIAL_DATASET:-fashion-mnist}
 export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$PWD/.data}

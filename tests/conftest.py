@@ -1,12 +1,12 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests' helper modules (idx_files, slurmlab …)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the tests' helper modules, in one folder
 
 from data_fixtures import fashion_root, mnist_root  # noqa: E402,F401  (shared data fixtures)
 
 
-# ===== SLURM test cluster — begin (tests/slurmlab.py; owner: the SLURM part) ================
+# ===== SLURM test cluster — begin (tests/helpers/slurmlab.py; owner: the SLURM part) ================
 # The session fixture `slurm_cluster`: a real two-node SLURM cluster in network namespaces,
 # started once per test session and torn down by PID at its end (marker `slurm`: pyproject.toml).
 # Elsewhere the SLURM tests skip with a message saying what is missing; with CI=true they fail.

@@ -15,7 +15,7 @@ ddp_tutorial.train`` → ``ddp_tutorial.train.main``, ``python -m ddp_tutorial.s
 commands give the same result.
 
 Related cases tested elsewhere (see docs/reliability.md): sbatch values carrying shell
-metacharacters in tests/test_slurm.py (rendered, ``bash -n``, canary); download on an offline node
+metacharacters in tests/test_slurm_jobs.py (rendered, ``bash -n``, canary); download on an offline node
 in tests/test_data.py::test_offline_download_fails_fast_and_clearly; malformed host lists in
 tests/test_hostlist.py; damaged and mismatched checkpoints in tests/test_faults.py.
 """
@@ -199,7 +199,7 @@ def _start(case: Case, lang: str, log: Path) -> int:
         code = ENTRY_POINTS[case.entry](case.argv)
     except SystemExit as exit_:  # argparse
         code = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:  # what an uncaught exception would do: traceback, exit 1
+    except BaseException:  # noqa: BLE001 - what an uncaught exception would do: traceback, exit 1
         traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -286,7 +286,7 @@ def test_the_entry_points_behave_the_same(places, tmp_path):
 
 def test_sbatch_values_with_shell_metacharacters_are_refused_in_both_languages():
     """A job name is written on an #SBATCH line (no shell quoting there): metacharacters are refused.
-    (Quoting of values in shell commands, with bash -n and a canary, is in tests/test_slurm.py.)"""
+    (Quoting of values in shell commands, with bash -n and a canary, is in tests/test_slurm_jobs.py.)"""
     from ddp_tutorial import slurm
     for value in ("x; touch /tmp/canary", "$(touch /tmp/canary)", "a'b", "two\nlines"):
         spec = slurm.JobSpec(job_name=value)

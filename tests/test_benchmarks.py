@@ -12,10 +12,10 @@ import pytest
 from idx_files import write_mnist_like
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # benchmarks/ sits beside the package in the repository; it is not installed
 
 from benchmarks.bound import step_sizes  # noqa: E402
-from ddp_tutorial import i18n  # noqa: E402
+from ddp_tutorial import figures, i18n  # noqa: E402
 
 
 def bench(*args, lang="en", timeout=600):
@@ -83,7 +83,15 @@ def test_table_and_scaling_on_tiny_data(tmp_path):
     (comm,) = report["communication"]
     assert comm["world_size"] == 2 and comm["gradient_bytes"] == 134_794 * 4
     assert comm["ddp"] > comm["allreduce"] > 0 and comm["compute"] > 0
+    assert comm["ddp_buckets"] > 0 and comm["ddp_view"] > 0  # the overlap experiments ran
+    assert comm["limit_overlap"] >= comm["limit_no_overlap"] > 0
     assert "Communication at world size 2" in done.stdout
+    # World 2 against the limits gloo's all-reduce implies, as ratios to the measured world 1.
+    limits = report["limits"]["2"]
+    assert limits["overlap"] >= limits["no_overlap"] > 0
+    assert limits["measured"] == pytest.approx(
+        report["scaling"]["2"]["samples_per_second"] / report["scaling"]["1"]["samples_per_second"])
+    assert "World 2 / world 1: measured" in done.stdout
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
 
 
@@ -111,11 +119,9 @@ def _code_cells(prefix):
 
 @pytest.mark.parametrize("lang", ["en", "tr"])
 def test_plot_results_draws_the_recorded_json(lang, tmp_path):
-    from benchmarks import throughput
-
-    report = throughput.load_results()  # default: the recorded run of benchmarks/README.md
-    assert throughput.RECORDED.is_file() and throughput.RECORDED.parent == REPO / "benchmarks" / "results"
-    fig = throughput.plot_results(throughput.RECORDED, lang=lang)
+    report = figures.load_results()  # default: the recorded run of benchmarks/README.md, package data
+    assert figures.RECORDED.is_file() and figures.RECORDED.parent == REPO / "ddp_tutorial" / "results"
+    fig = figures.plot_results(lang=lang)
     assert fig.canvas.manager is None  # not a pyplot figure: no backend switched, nothing left open
     left, right = fig.axes
     assert left.get_title() == i18n.t("plot.title_throughput", lang=lang)
@@ -133,31 +139,27 @@ def test_plot_results_draws_the_recorded_json(lang, tmp_path):
 
     # draw_figure (what --figure writes) draws the same figure to a file.
     again = tmp_path / "sub" / "again.png"
-    throughput.draw_figure(again, report["time_to_accuracy"]["target"], report["scaling"], curves, lang=lang)
+    figures.draw_figure(again, report["time_to_accuracy"]["target"], report["scaling"], curves, lang=lang)
     assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_results_refuses_a_report_without_scaling(tmp_path):
-    from benchmarks import throughput
-
     table_only = tmp_path / "table.json"
     table_only.write_text(json.dumps({"table": {}}))
     with pytest.raises(ValueError, match="no scaling results"):
-        throughput.plot_results(table_only)
+        figures.plot_results(table_only)
 
 
 @pytest.mark.parametrize("prefix", ["04", "06"])
 def test_notebook_shows_the_benchmarks_recorded_figure(prefix):
     """Notebooks 04 and 06 draw the benchmark's own figure from the recorded JSON, not only a live plot."""
     import nbformat
-    from benchmarks import throughput
 
-    cells = [c for c in _code_cells(prefix) if "throughput.plot_results(" in c]
-    assert cells, f"notebook {prefix} no longer draws benchmarks.throughput.plot_results"
+    cells = [c for c in _code_cells(prefix) if "figures.plot_results(" in c]
+    assert cells, f"notebook {prefix} no longer draws ddp_tutorial.figures.plot_results"
     (cell,) = cells
-    assert "from benchmarks import throughput" in cell
-    assert '"results" / "cpu-2core-fashion-mnist.json"' in cell
-    assert throughput.RECORDED.name == "cpu-2core-fashion-mnist.json"  # the file the cell reads exists
+    assert "from ddp_tutorial import figures" in cell
+    assert "sys.path" not in cell and "benchmarks" not in cell  # the installed package, no path patching
     # …and the stored notebooks show the figure (a PNG in that cell's output) in both languages.
     for lang in ("en", "tr"):
         (path,) = (REPO / "notebooks" / lang).glob(f"{prefix}_*.ipynb")

@@ -1,4 +1,5 @@
-"""Tests of ddp_tutorial.data: staging, validation, loading, messages."""
+"""Tests of ddp_tutorial.data (loading, batches) and the basics of ddp_tutorial.staging (import, checks,
+locks, messages); the weak cases of staging are in tests/test_staging.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from torchvision.datasets import MNIST
 from torchvision.transforms import ToTensor
 
-from ddp_tutorial import data
+from ddp_tutorial import data, staging
 from ddp_tutorial.i18n import TutorialError, catalogue
 
 try:
@@ -85,6 +86,25 @@ def test_batch_equals_torchvision_to_tensor(root):
     assert 0.0 <= x.min() and x.max() <= 1.0
 
 
+def test_to_moves_both_tensors_and_batches_follow(root):
+    d = data.load("mnist", root, train=True)
+    assert d.to("cpu") is d  # already there: no copy
+    indices = torch.tensor([3, 1, 4, 1, 5])
+    # The "meta" device runs the same code without memory or a GPU: both tensors move, batches are
+    # cut where the data lives.
+    meta = d.to("meta")
+    assert (meta.images.device.type, meta.labels.device.type) == ("meta", "meta")
+    x, y = meta.batch(indices)
+    assert (x.device.type, y.device.type, x.shape, x.dtype) == ("meta", "meta", (5, 784), torch.float32)
+    assert d.images.device.type == "cpu"  # the original is left where it was
+    if torch.cuda.is_available():  # on a GPU: the same numbers, bit for bit
+        gpu = d.to("cuda")
+        gx, gy = gpu.batch(indices)
+        cx, cy = d.batch(indices)
+        assert gx.is_cuda and gy.is_cuda
+        assert torch.equal(gx.cpu(), cx) and torch.equal(gy.cpu(), cy)
+
+
 def test_prepare_from_gz_dir(tmp_path, gz_dir, root, capsys):
     target = tmp_path / "staged"
     assert data.prepare("mnist", target, from_dir=gz_dir) == target
@@ -119,7 +139,7 @@ def test_prepare_replaces_damaged_files(tmp_path, gz_dir):
     assert data.check("mnist", target) == (N_TRAIN, N_TEST)
 
 
-# fashion_root: the suite's shared fixture (tests/data_fixtures.py), staged once per session.
+# fashion_root: the suite's shared fixture (tests/helpers/data_fixtures.py), staged once per session.
 def test_fashion_mnist_from_debian(fashion_root):
     train = data.load("fashion-mnist", fashion_root, train=True)
     test = data.load("fashion-mnist", fashion_root, train=False)
@@ -136,12 +156,12 @@ def test_fashion_mnist_from_debian(fashion_root):
 CHILD = """
 import sys, time
 from pathlib import Path
-from ddp_tutorial import data
+from ddp_tutorial import staging  # no torch import: four children start in a fraction of a second
 ready, go = Path(sys.argv[3]), Path(sys.argv[4])
 ready.touch()
 while not go.exists():        # start together, to make them race for the lock
     time.sleep(0.005)
-data.prepare("mnist", sys.argv[1], from_dir=sys.argv[2])
+staging.prepare("mnist", sys.argv[1], from_dir=sys.argv[2])
 """
 
 
@@ -309,7 +329,7 @@ def test_messages_in_both_languages():
 def test_cli(tmp_path, gz_dir, monkeypatch, capsys):
     monkeypatch.setenv("DDP_TUTORIAL_DATASET", "mnist")
     parser = argparse.ArgumentParser(prog="ddp-tutorial")
-    data.add_cli(parser.add_subparsers(dest="command"))
+    staging.add_cli(parser.add_subparsers(dest="command"))
     target = tmp_path / "cli"
 
     args = parser.parse_args(["data", "prepare", "--root", str(target), "--from", str(gz_dir)])

@@ -22,7 +22,7 @@ next ``save_checkpoint`` fails (the real "scratch space purged / quota" fault).
 Each job is started in its own session; every PID that ever belonged to its process tree
 is recorded (with its start time, against PID reuse), so "no orphan left" is checked by
 PID, not by name. The ipyparallel launcher is covered in ``tests/test_ipp.py``; SLURM's
-requeue and four jobs on one node in ``tests/test_slurm.py`` (see docs/reliability.md).
+requeue and four jobs on one node in ``tests/test_slurm_jobs.py`` (see docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -165,3 +165,75 @@ def test_gpu_engines_train_on_their_gpus_while_the_kernel_stays_off_cuda(mnist_r
     assert results[0].backend == ("nccl" if n > 1 else results[0].backend)
     assert len({r.weights_sha256 for r in results}) == 1 and results[0].test_accuracy > 80
     assert not torch.cuda.is_initialized()  # the kernel (this process) never touched CUDA
+
+
+def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines(mnist_root, capsys):
+    """Outside a live kernel the bar is tqdm's text form, one per epoch, without timings; the
+    engines keep the data set in memory for the next call (a new staging would invalidate it)."""
+    from ddp_tutorial.ipp import remote
+
+    ipp.train(small_config(mnist_root, epochs=2, batch_size=64), n=2, keep=True)
+    err = capsys.readouterr().err
+    assert "epoch 0: 100%|" in err and "epoch 1: 100%|" in err and "32/32" in err, err
+    assert "it/s" not in err and "batch/s" not in err and "<" not in err  # no timing in stored outputs
+    engines = ipp.current()
+    for rank, eid in enumerate(engines.ids):  # rank 0 also holds the test split (it evaluates)
+        splits = {True, False} if rank == 0 else {True}
+        assert sorted(engines.client[eid].apply_sync(remote.cached_data)) == sorted(
+            ("mnist", str(mnist_root), split) for split in splits)
+    results = ipp.train(small_config(mnist_root, epochs=1), n=2, keep=True, progress=False)
+    assert results[0].test_accuracy > 80
+    assert "epoch 0:" not in capsys.readouterr().err  # progress=False: no bar
+
+    def long_work(env):  # a long ipp.run with its own tqdm.auto bar: rank 0's is drawn here
+        from tqdm.auto import tqdm
+        for _ in tqdm(range(7), desc=f"work {env.rank}"):
+            pass
+        return env.rank
+
+    assert ipp.run(long_work, n=2) == [0, 1]
+    err = capsys.readouterr().err
+    assert "work 0: 100%|" in err and "7/7" in err and "work 1" not in err, err
+
+
+GUARDED_KERNEL = """
+import subprocess, sys, time
+from ddp_tutorial.ipp.watchdog import Guard
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+guard = Guard([child.pid])
+print(child.pid, guard.process.pid, flush=True)
+if sys.argv[1] == "release":
+    guard.release()
+    print("released", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "release"])
+def test_the_watchdog_ends_what_it_guards_when_its_kernel_dies(how):
+    """A stand-in kernel guards a child process, then is SIGKILLed: the child is gone within 10 s.
+    After release() (a clean ipp.stop) the watchdog leaves without touching anything."""
+    kernel = subprocess.Popen([sys.executable, "-c", GUARDED_KERNEL, how], stdout=subprocess.PIPE, text=True)
+    child_pid, watchdog_pid = map(int, kernel.stdout.readline().split())
+    child = psutil.Process(child_pid)
+    try:
+        if how == "release":
+            assert kernel.stdout.readline().strip() == "released"
+            assert not alive(watchdog_pid)
+        os.kill(kernel.pid, signal.SIGKILL)
+        kernel.wait()
+        began = time.monotonic()
+        while alive(child_pid) and time.monotonic() - began < 15:
+            time.sleep(0.05)
+        if how == "sigkill":
+            assert not alive(child_pid) and time.monotonic() - began < 10
+        else:
+            time.sleep(1.5)
+            assert alive(child_pid)  # released: not the watchdog's to end
+    finally:
+        if alive(child_pid):
+            child.kill()
+    began = time.monotonic()
+    while alive(watchdog_pid) and time.monotonic() - began < 10:
+        time.sleep(0.05)
+    assert not alive(watchdog_pid)  # its work done, the watchdog leaves too

@@ -75,7 +75,8 @@ def test_every_launcher_gives_the_same_model(mnist_root, tmp_path):
     from ddp_tutorial.distributed import find_free_port
 
     results = {}
-    run([PY, "-m", "ddp_tutorial", "train", "--nproc-per-node", "4", *small(mnist_root, "--json", str(tmp_path / "cli.json"))])
+    run([PY, "-m", "ddp_tutorial", "train", "--nproc-per-node", "4",
+         *small(mnist_root, "--json", str(tmp_path / "cli.json"))])
     results["cli"] = tmp_path / "cli.json"
 
     # srun -N 2 -n 2 python -m ddp_tutorial.spawn --nproc-per-node 2: SLURM_PROCID names the node.
@@ -88,7 +89,8 @@ def test_every_launcher_gives_the_same_model(mnist_root, tmp_path):
         for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(name, None)
         nodes.append(subprocess.Popen(
-            [PY, "-m", "ddp_tutorial.spawn", "--nproc-per-node", "2", *small(mnist_root, "--json", str(tmp_path / "spawn.json"))],
+            [PY, "-m", "ddp_tutorial.spawn", "--nproc-per-node", "2",
+             *small(mnist_root, "--json", str(tmp_path / "spawn.json"))],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=240)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs

@@ -1,4 +1,4 @@
-"""Step 10b — the notebook's engines on a SLURM allocation, across nodes.
+"""SLURM engines: the notebook's engines as the tasks of one SLURM job, across nodes.
 
 On a cluster the notebook runs on a login node, which has no GPUs to train on. ipyparallel
 can start its engines *through SLURM*: the controller stays next to the notebook, and one
@@ -20,10 +20,10 @@ SLURM job runs one engine per GPU (or per CPU process) on the nodes it is given.
 
 After :func:`start`, :func:`ddp_tutorial.ipp.train` and :func:`ddp_tutorial.ipp.run` use these
 engines (world size = number of engines), and :func:`ddp_tutorial.ipp.stop` ends the job, which
-gives the allocation back. Keep ``keep=True`` in between, or each call ends the job.
+gives the allocation back. If the notebook kernel dies, its watchdog cancels the job.
 
     from ddp_tutorial import ipp
-    ipp.start_slurm(nodes=2, profile="palamut-cuda", account="myaccount", time="01:00:00")
+    ipp.start_slurm(nodes=2, profile="palamut-cuda", account="myaccount", time_limit="01:00:00")
     results = ipp.train(TrainConfig(epochs=1), keep=True)   # world size 16 across two nodes
     ipp.stop()                                              # scancel: the nodes are free again
 """
@@ -41,13 +41,17 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from . import ipp, slurm
-from .i18n import TutorialError, t
+from .. import slurm as batch
+from ..i18n import TutorialError, t
+from . import engines as es
+from . import remote
+from .watchdog import Guard
 
 
 QUEUE_TIMEOUT = 900.0     # seconds a job may stay PENDING before start() gives up and cancels it
 REGISTER_TIMEOUT = 180.0  # seconds from RUNNING until every engine has reached the controller
 POLL_SECONDS = 1.0        # how often start() looks at the job and the engines
+JOB_CHECK_SECONDS = 5.0   # while running: how often to ask SLURM whether the job still runs
 SLURMCTLD_PORT = 6817     # only used to ask the kernel which interface routes to the controller
 LOG_TAIL = 15             # log lines shown when the job fails
 
@@ -80,18 +84,18 @@ def address_towards(host: str, port: int = SLURMCTLD_PORT) -> Optional[str]:
     return None if mine.startswith("127.") or mine == "0.0.0.0" else mine
 
 
-def controller_address(env=None) -> Optional[str]:
+def controller_address() -> Optional[str]:
     """An address of this machine that the compute nodes can reach: the one on the route to
     the SLURM controller (the cluster's internal network). ``None`` when it cannot be told."""
     try:
-        proc = slurm._run(["scontrol", "show", "config"], env=env, check=False, timeout=30)
-    except TutorialError:
+        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
         return None
     host = slurmctld_host(proc.stdout) if proc.returncode == 0 else None
     return address_towards(host) if host else None
 
 
-def _check_address(value: str) -> str:
+def check_address(value: str) -> str:
     """``controller_ip`` given by the user: an IPv4 address this machine can listen on."""
     try:
         socket.inet_aton(value)
@@ -103,22 +107,106 @@ def _check_address(value: str) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# What runs on each engine
+# The job
 
 
-def _engine_where(cwd: str, paths: List[str]) -> dict:
-    """Join the kernel's folder and import path (shared file system), and say where this engine runs."""
-    if os.path.isdir(cwd):
-        os.chdir(cwd)
-    sys.path[:0] = [p for p in paths if p not in sys.path]
-    environ = os.environ
-    return {
-        "pid": os.getpid(),
-        "host": environ.get("SLURMD_NODENAME") or socket.gethostname(),
-        "procid": int(environ.get("SLURM_PROCID", "-1")),
-        "localid": int(environ.get("SLURM_LOCALID", "-1")),
-        "job_id": environ.get("SLURM_JOB_ID"),
-    }
+def log_tail(job_id: str) -> Tuple[str, str]:
+    """(where the job's log is, its last lines)."""
+    try:
+        path = batch.log_path(job_id)
+        return str(path), batch.read_log(job_id, tail=LOG_TAIL).rstrip() if path.is_file() else "-"
+    except TutorialError:
+        return "-", "-"
+
+
+def cancel(job_id: str) -> None:
+    try:
+        batch.cancel(job_id)
+    except TutorialError:
+        pass  # already gone
+
+
+def wait_for_job_end(job_id: str, timeout: float = 60.0) -> None:
+    """After ``scancel``: wait until SLURM reports the job finished (its tasks are gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = batch.job_info(job_id)
+        except TutorialError:
+            return
+        if info.finished or info.state == "UNKNOWN":
+            return
+        time.sleep(0.5)
+
+
+class SlurmEngines(es.EngineSet):
+    """Engines that are the tasks of one SLURM job: alive while the controller lists them (a
+    nanny reports its engine's death at once; a lost node is noticed by the heartbeat)."""
+
+    checked_at: float = 0.0
+
+    def alive(self, rank: int) -> bool:
+        try:
+            return self.ids[rank] in self.client.ids
+        except Exception:  # noqa: BLE001 - the client lost the controller
+            return False
+
+    def describe_loss(self, rank: int) -> str:
+        try:
+            state = batch.job_info(self.job_id).state
+        except TutorialError:
+            state = "?"
+        return t("ipp.slurm_lost", job_id=self.job_id, state=state)
+
+    def ended(self) -> Optional[str]:
+        now = time.monotonic()
+        if now - self.checked_at < JOB_CHECK_SECONDS:
+            return None
+        self.checked_at = now
+        return self.job_ended()
+
+    def job_ended(self) -> Optional[str]:
+        """A failure text when the engines' job is no longer running, else ``None``."""
+        try:
+            info = batch.job_info(self.job_id)
+        except TutorialError:
+            return None  # SLURM did not answer this time: the engines themselves are watched too
+        if info.state in ("RUNNING", "UNKNOWN"):
+            return None
+        log, tail = log_tail(self.job_id)
+        return t("ipp.slurm_job_ended", job_id=self.job_id, state=info.state, log=log, tail=tail)
+
+    def master_port(self) -> int:
+        return self.client[self.ids[0]].apply_sync(remote.free_port)
+
+    def stop(self, force: bool = False) -> List[int]:
+        leftover = es.shutdown(self.cluster, self.client, self.processes, force=force)
+        wait_for_job_end(self.job_id)
+        if self.guard is not None:
+            self.guard.release()
+        return leftover
+
+    def stopped_text(self) -> str:
+        return t("ipp.stopped_slurm", job_id=self.job_id)
+
+    def check_usable(self, n: Optional[int], device: str) -> "SlurmEngines":
+        """These engines, if they can run ``n`` ranks on ``device``; else a clear error."""
+        if not self.controller_alive():
+            why = t("ipp.cause_controller", pid=self.cluster.controller.pid)
+        elif not all(self.alive(rank) for rank in range(self.size)):
+            why = self.describe_loss(0)
+        else:
+            why = self.job_ended()
+        if why:
+            es.stop(force=True)
+            raise TutorialError("ipp.slurm_gone", why=why)
+        n = self.size if n is None else n
+        es.check_count(n)
+        if n > self.size:
+            raise TutorialError("ipp.slurm_too_few", n=n, size=self.size)
+        if device == "cuda" and self.device != "cuda":
+            raise TutorialError("ipp.slurm_not_cuda")
+        return self
 
 
 # --------------------------------------------------------------------------------------
@@ -131,7 +219,7 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
           run_dir: str = "runs", modules: Sequence[str] = (), conda: Optional[str] = None,
           conda_env: Optional[str] = None, venv: Optional[str] = None, env: Sequence[Tuple[str, str]] = (),
           job_name: str = "ddp-tutorial-engines", controller_ip: Optional[str] = None,
-          queue_timeout: float = QUEUE_TIMEOUT, register_timeout: float = REGISTER_TIMEOUT) -> ipp.Engines:
+          queue_timeout: float = QUEUE_TIMEOUT, register_timeout: float = REGISTER_TIMEOUT) -> SlurmEngines:
     """Start one engine per GPU (``gpus_per_node``, or the profile's) or ``engines_per_node`` CPU
     engines on each of ``nodes`` nodes, through one SLURM job; keep them for
     :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
@@ -140,18 +228,18 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     per node). The other keyword arguments are those of :class:`ddp_tutorial.slurm.JobSpec`
     (``time_limit`` is its ``time``). The job's script and log go to ``run_dir``.
     """
-    ipp.check_kernel_has_no_cuda()
-    spec = slurm.JobSpec.from_profile(
+    es.check_kernel_has_no_cuda()
+    spec = batch.JobSpec.from_profile(
         profile, nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node,
         cpus_per_process=cpus_per_engine, partition=partition, account=account, qos=qos, time=time_limit,
         run_dir=str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir,
         modules=tuple(modules), conda=conda, conda_env=conda_env, venv=venv, env=tuple(env), job_name=job_name)
-    template = slurm.render_engines(spec)  # every value checked before anything is submitted
+    template = batch.render_engines(spec)  # every value checked before anything is submitted
     if shutil.which("sbatch") is None:
         raise TutorialError("slurm.missing", command="sbatch")
-    address = _check_address(controller_ip) if controller_ip else controller_address()
+    address = check_address(controller_ip) if controller_ip else controller_address()
     n, device = spec.world_size, ("cuda" if spec.gpus_per_node else "cpu")
-    ipp.stop()  # one kept cluster at a time
+    es.stop()  # one kept engine set at a time
 
     import ipyparallel
 
@@ -162,61 +250,52 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
         n=n, engine_launcher_class="slurm", log_level=logging.ERROR,
         # Listen where the nodes can reach us; "*" (every interface) when no address could be told.
         controller_ip=address or "*", controller_location=address or "")
-    client, job_id = None, None
+    client, job_id, guard = None, None, None
     try:
         cluster.start_controller_sync()
         script = run_path / f"ipengines-{cluster.cluster_id}.sbatch"
         try:
             set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script))
         except subprocess.CalledProcessError:
-            slurm.test_only(script)  # sbatch refused the script: ask it why, as a clear error
+            batch.test_only(script)  # sbatch refused the script: ask it why, as a clear error
             raise
-        job_id = slurm.job_id_of(cluster.engines[set_id].job_id)
+        job_id = batch.job_id_of(cluster.engines[set_id].job_id)
+        guard = Guard([p.pid for p in es.with_helpers([cluster.controller.pid])], job_id=job_id)
         print(t("ipp.slurm_submitted", job_id=job_id, n=n, nodes=spec.nodes, address=address or "*",
                 script=script), flush=True)
         client = cluster.connect_client_sync()
         _wait_for_engines(client, n, job_id, address or "*", queue_timeout, register_timeout)
-        where = {eid: client[eid].apply_sync(_engine_where, os.getcwd(), list(sys.path)) for eid in client.ids}
+        where = {eid: client[eid].apply_sync(remote.where, os.getcwd(), list(sys.path)) for eid in client.ids}
     except BaseException:
-        ipp._shutdown(cluster, client, ipp._with_helpers([cluster.controller.pid]) if cluster.controller else [],
-                      force=True, job_id=job_id)
+        es.shutdown(cluster, client, es.with_helpers([cluster.controller.pid]) if cluster.controller else [],
+                    force=True)
+        if job_id is not None:
+            wait_for_job_end(job_id)
+        if guard is not None:
+            guard.release()
         raise
     # Rank order = SLURM's task order: block distribution puts consecutive tasks on one node,
     # so rank 0 is the first task of the first node and local ranks count up on each node.
     ordered = sorted((info["procid"], eid) for eid, info in where.items() if info["job_id"] == job_id)
     ids = [eid for _, eid in ordered][:n]
-    engines = ipp.Engines(
+    engines = SlurmEngines(
         cluster=cluster, client=client, ids=ids, pids=[where[e]["pid"] for e in ids], device=device,
-        processes=ipp._with_helpers([cluster.controller.pid]), job_id=job_id,
+        processes=es.with_helpers([cluster.controller.pid]), job_id=job_id,
         hosts=[where[e]["host"] for e in ids], local_ranks=[where[e]["localid"] for e in ids],
-        master_addr=where[ids[0]]["host"])
-    ipp._keep(engines)
+        master_addr=where[ids[0]]["host"], guard=guard)
+    client[ids].apply_async(remote.warm_up)  # imports, while the notebook goes on
+    es.keep(engines)
     hosts = ", ".join(f"{h} ×{engines.hosts.count(h)}" for h in dict.fromkeys(engines.hosts))
     print(t("ipp.slurm_started", n=n, seconds=time.perf_counter() - began, hosts=hosts, job_id=job_id,
             device=device, master=engines.master_addr), flush=True)
     return engines
 
 
-def _log_tail(job_id: str) -> Tuple[str, str]:
-    """(where the job's log is, its last lines)."""
-    try:
-        path = slurm.log_path(job_id)
-        return str(path), slurm.read_log(job_id, tail=LOG_TAIL).rstrip() if path.is_file() else "-"
-    except TutorialError:
-        return "-", "-"
-
-
-def _cancel(job_id: str) -> None:
-    try:
-        slurm.cancel(job_id)
-    except TutorialError:
-        pass  # already gone
-
-
 def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: float,
                       register_timeout: float) -> None:
-    """Wait until ``n`` engines have registered, printing the job's state changes; raise (after
-    cancelling the job) when the job ends, stays pending too long, or its engines never arrive."""
+    """Wait until ``n`` engines have registered, printing the job's state changes and the count;
+    raise (after cancelling the job) when the job ends, stays pending too long, or its engines
+    never arrive."""
     began = time.monotonic()
     running_since = None
     last = None
@@ -224,84 +303,26 @@ def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: 
         got = len(client.ids)
         if got >= n:
             return
-        info = slurm.job_info(job_id)
-        if (info.state, info.reason) != last:
-            last = (info.state, info.reason)
-            print(info.describe(), flush=True)
+        info = batch.job_info(job_id)
+        if (info.state, info.reason, got) != last:
+            last = (info.state, info.reason, got)
+            print(info.describe() + " · " + t("ipp.registering", got=got, n=n, seconds=time.monotonic() - began),
+                  flush=True)
         now = time.monotonic()
         if info.finished:
-            log, tail = _log_tail(job_id)
+            log, tail = log_tail(job_id)
             raise TutorialError("ipp.slurm_start_ended", job_id=job_id, state=info.state, got=got, n=n,
                                 address=address, log=log, tail=tail)
         if info.state == "RUNNING":
             running_since = running_since or now
             if now - running_since > register_timeout:
-                _cancel(job_id)
-                log, tail = _log_tail(job_id)
+                cancel(job_id)
+                log, tail = log_tail(job_id)
                 raise TutorialError("ipp.slurm_no_register", job_id=job_id, got=got, n=n, address=address,
                                     seconds=register_timeout, log=log, tail=tail)
         elif now - began > queue_timeout:
-            _cancel(job_id)
+            cancel(job_id)
             reason = t("slurm.state.reason", reason=info.reason) if info.reason and info.reason != "None" else ""
             raise TutorialError("ipp.slurm_pending_timeout", job_id=job_id, state=info.state, reason=reason,
                                 seconds=now - began)
         time.sleep(POLL_SECONDS)
-
-
-# --------------------------------------------------------------------------------------
-# Used by ddp_tutorial.ipp while the engines are in use
-
-
-def job_ended(engines: ipp.Engines) -> Optional[str]:
-    """A failure text when the engines' job is no longer running, else ``None``."""
-    try:
-        info = slurm.job_info(engines.job_id)
-    except TutorialError:
-        return None  # SLURM did not answer this time: the engines themselves are watched too
-    if info.state in ("RUNNING", "UNKNOWN"):
-        return None
-    log, tail = _log_tail(engines.job_id)
-    return t("ipp.slurm_job_ended", job_id=engines.job_id, state=info.state, log=log, tail=tail)
-
-
-def describe_loss(engines: ipp.Engines) -> str:
-    try:
-        state = slurm.job_info(engines.job_id).state
-    except TutorialError:
-        state = "?"
-    return t("ipp.slurm_lost", job_id=engines.job_id, state=state)
-
-
-def check_usable(engines: ipp.Engines, n: Optional[int], device: str) -> ipp.Engines:
-    """The kept SLURM engines, if they can run ``n`` ranks on ``device``; else a clear error."""
-    why = None
-    if not ipp._alive(engines.cluster.controller.pid):
-        why = t("ipp.cause_controller", pid=engines.cluster.controller.pid)
-    elif not all(engines.alive(rank) for rank in range(engines.size)):
-        why = describe_loss(engines)
-    else:
-        why = job_ended(engines)
-    if why:
-        ipp.stop(force=True)
-        raise TutorialError("ipp.slurm_gone", why=why)
-    n = engines.size if n is None else n
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise TutorialError("ipp.bad_n", n=n)
-    if n > engines.size:
-        raise TutorialError("ipp.slurm_too_few", n=n, size=engines.size)
-    if device == "cuda" and engines.device != "cuda":
-        raise TutorialError("ipp.slurm_not_cuda")
-    return engines
-
-
-def wait_for_job_end(job_id: str, timeout: float = 60.0) -> None:
-    """After ``scancel``: wait until SLURM reports the job finished (its tasks are gone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            info = slurm.job_info(job_id)
-        except TutorialError:
-            return
-        if info.finished or info.state == "UNKNOWN":
-            return
-        time.sleep(0.5)

@@ -10,7 +10,7 @@ import pytest
 from idx_files import write_mnist_like
 
 FASHION_SOURCE = Path("/usr/share/datasets/fashion-mnist")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")

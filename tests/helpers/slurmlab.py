@@ -186,7 +186,7 @@ class SlurmLab:
         n = len(self.node_names)
         lab = str(self.dir)
         conf = f"""\
-# Written by tests/slurmlab.py: a {n}-node cluster inside network namespaces.
+# Written by tests/helpers/slurmlab.py: a {n}-node cluster inside network namespaces.
 ClusterName=lab
 SlurmctldHost={self.ctl_host}({HUB_ADDR})
 SlurmUser=root
@@ -236,7 +236,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if "hosts:" not in nsswitch:
             nsswitch += "hosts: files\n"
         self.path("etc", "nsswitch.conf").write_text(nsswitch)
-        self.path("etc", "resolv.conf").write_text("# tests/slurmlab.py: no DNS inside the lab\n")
+        self.path("etc", "resolv.conf").write_text("# tests/helpers/slurmlab.py: no DNS inside the lab\n")
 
         # Client wrappers: from the root namespace enter the hub's network
         # namespace (the only one with a route to the daemons); inside a job,
@@ -247,7 +247,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             wrapper = self.path("bin", name)
             wrapper.write_text(
                 "#!/bin/sh\n"
-                f"# tests/slurmlab.py: run {name} in the lab's hub network namespace\n"
+                f"# tests/helpers/slurmlab.py: run {name} in the lab's hub network namespace\n"
                 f'if [ "$(readlink /proc/self/ns/net)" = "{root_ns}" ]; then\n'
                 f"  exec nsenter --net=/run/netns/{self.hub_ns} {real} \"$@\"\n"
                 "fi\n"
@@ -522,7 +522,7 @@ def cleanup_stale(base_dir: Optional[str] = None) -> List[str]:
     return removed
 
 
-if __name__ == "__main__":  # python tests/slurmlab.py: start, show, stop
+if __name__ == "__main__":  # python tests/helpers/slurmlab.py: start, show, stop
     import sys
 
     problems = SlurmLab.missing()

@@ -1,16 +1,20 @@
 """A notebook on the lab's login node, as a script: ipyparallel engines through SLURM.
 
-Run by tests/test_slurm.py inside the lab's login namespace (``SlurmLab.login_command``):
+Run by tests/test_slurm_jobs.py inside the lab's login namespace (``SlurmLab.login_command``):
 
-    python tests/ipp_slurm_driver.py OUT.json RUN_DIR DATA_ROOT
+    python tests/helpers/ipp_slurm_driver.py OUT.json RUN_DIR DATA_ROOT
 
 It does what notebook 05 does — start 2 nodes × 2 engines through SLURM, run a collective and
 the package's training on them — and then the two failures a user meets most: a rank that dies
-mid-collective, and a controller listening where the nodes cannot reach it. Everything it saw
-is written to OUT.json for the test to check.
+mid-collective, and a controller listening where the nodes cannot reach it. Last, a stand-in
+notebook kernel starts engines through SLURM and is SIGKILLed: its watchdog must cancel the job.
+Everything it saw is written to OUT.json for the test to check.
 """
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -80,6 +84,29 @@ report["after_death_current"] = ipp.current() is not None
 report["unreachable"] = failure(lambda: ipp.start_slurm(nodes=1, engines_per_node=1, run_dir=run_dir,
                                                         controller_ip="127.0.0.1", register_timeout=15))
 report["unreachable_current"] = ipp.current() is not None
+
+# A kernel that dies with SLURM engines running (SIGKILL: no handler of it runs).
+KERNEL = ("import sys, time\nfrom ddp_tutorial import ipp\n"
+          "e = ipp.start_slurm(nodes=1, engines_per_node=1, run_dir=sys.argv[1], time_limit='00:10:00')\n"
+          "print('JOB', e.job_id, flush=True)\ntime.sleep(600)\n")
+kernel = subprocess.Popen([sys.executable, "-c", KERNEL, run_dir], stdout=subprocess.PIPE, text=True)
+job_id = None
+for line in kernel.stdout:
+    if line.startswith("JOB "):
+        job_id = line.split()[1]
+        break
+killed_at = time.monotonic()
+os.kill(kernel.pid, signal.SIGKILL)
+kernel.wait()
+states = []
+while time.monotonic() - killed_at < 60:
+    state = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"],
+                           capture_output=True, text=True).stdout.strip()
+    states.append(state)
+    if not state:
+        break
+    time.sleep(0.2)
+report["killed_kernel"] = {"job_id": job_id, "seconds": time.monotonic() - killed_at, "states": states[-3:]}
 
 with open(out_path, "w") as f:
     json.dump(report, f, indent=2)

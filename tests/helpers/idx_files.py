@@ -26,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-IMAGE_MAGIC = 2051
-LABEL_MAGIC = 2049
-FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}
+from ddp_tutorial.datasets import FOLDERS  # noqa: F401  (name → torchvision folder: one source of truth)
+from ddp_tutorial.staging import IMAGE_MAGIC, LABEL_MAGIC  # noqa: F401
 
 # Top-left corner (row, column) of each class's square: 10 of the 16 cells of a 4×4 grid.
 _CELLS = [(r * 7, c * 7) for r, c in

@@ -1,7 +1,7 @@
-"""SLURM: templates, rendering, validation — and real jobs on the two-node test cluster.
+"""SLURM jobs: submit, state, wait, cancel, logs, results — and real jobs on the two-node test cluster.
 
 Tests without a mark need no cluster. Tests marked ``slurm`` use the session fixture
-``slurm_cluster`` (tests/slurmlab.py): munged, slurmctld and two slurmd "nodes" n1, n2 in
+``slurm_cluster`` (tests/helpers/slurmlab.py): munged, slurmctld and two slurmd "nodes" n1, n2 in
 their own network namespaces, with fake GPUs. Jobs run this interpreter (``sys.executable``)
 from the repository, so they see the code under test.
 """
@@ -9,12 +9,9 @@ from the repository, so they see the code under test.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,246 +23,13 @@ from ddp_tutorial.i18n import TutorialError
 REPO = Path(__file__).resolve().parent.parent
 BASH = "/bin/bash"
 
+
 # The training every cluster job runs: 3000 learnable images, 8 short epochs (≈0.3 s each on
 # 2 cores). The requeue test interrupts after the first epoch, which leaves it a window of
 # about two seconds; the same jobs serve as its uninterrupted reference.
 TRAIN = dict(dataset="mnist", epochs=8, batch_size=64, seed=0)
 N_TRAIN, N_TEST = 3000, 1000
 
-
-def bash_n(text: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    script = tmp_path / f"check-{abs(hash(text))}.sh"
-    script.write_text(text)
-    return subprocess.run([BASH, "-n", str(script)], capture_output=True, text=True)
-
-
-# ------------------------------------------------------------------------------------------
-# Rendering and validation (no cluster)
-
-TRUBA = {  # profile: (GPUs per node, cores per GPU)
-    "barbun-cuda": (2, 20),
-    "akya-cuda": (4, 10),
-    "palamut-cuda": (8, 16),
-    "kolyoz-cuda": (4, 16),
-}
-
-
-@pytest.mark.parametrize("profile", sorted(TRUBA))
-def test_profile_fills_in_gpus_and_cores(profile, tmp_path):
-    gpus, cores = TRUBA[profile]
-    seed = slurm.render(slurm.JobSpec.from_profile(profile, nodes=2))
-    assert f"#SBATCH --partition={profile} " in seed
-    assert "#SBATCH --nodes=2 " in seed
-    assert "#SBATCH --ntasks-per-node=1 " in seed
-    assert f"#SBATCH --gres=gpu:{gpus} " in seed
-    assert f"#SBATCH --cpus-per-task={gpus * cores} " in seed  # one launcher per node gets all cores
-    assert f"NPROC_PER_NODE={gpus} " in seed
-    assert "--device cuda" in seed and f"--threads {cores}" in seed
-
-    per_gpu = slurm.render(slurm.JobSpec.from_profile(profile, nodes=2, template="per-gpu"))
-    assert f"#SBATCH --ntasks-per-node={gpus} " in per_gpu
-    assert f"#SBATCH --cpus-per-task={cores} " in per_gpu  # one task per GPU gets that GPU's cores
-    for text in (seed, per_gpu):
-        assert bash_n(text, tmp_path).returncode == 0
-
-
-def test_cli_render_with_profile(tmp_path, capsys):
-    from ddp_tutorial.cli import main
-
-    out = tmp_path / "job.sh"
-    code = main(["slurm", "render", "--profile", "palamut-cuda", "--nodes", "2", "--account", "myaccount",
-                 "--module", "centos7.9/lib/cuda/12.1", "--conda", "/truba/home/me/miniconda3",
-                 "--conda-env", "torch", "--preempt-signal", "120", "--requeue", "--time", "1-00:00:00",
-                 "-o", str(out), "--", "--scale-lr"])
-    assert code == 0
-    text = out.read_text()
-    assert os.access(out, os.X_OK)
-    for line in ("#SBATCH --account=myaccount", "#SBATCH --partition=palamut-cuda", "#SBATCH --gres=gpu:8",
-                 "#SBATCH --cpus-per-task=128", "#SBATCH --time=1-00:00:00", "#SBATCH --signal=B:USR1@120",
-                 "#SBATCH --requeue", "#SBATCH --open-mode=append", "module purge",
-                 "module load centos7.9/lib/cuda/12.1", "conda activate torch", "--scale-lr", "REQUEUE=1"):
-        assert line in text, line
-    assert bash_n(text, tmp_path).returncode == 0
-
-
-@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
-@pytest.mark.parametrize("form", ["cpu", "gpu", "preemptible"])
-def test_every_template_renders_to_valid_bash(template, form, tmp_path):
-    spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=2)
-    if form == "gpu":
-        spec = slurm.JobSpec(template=template, nodes=2, gpus_per_node=3, cpus_per_process=4)
-    if form == "preemptible":
-        spec.signal_seconds, spec.requeue, spec.venv = 90, True, "/opt/venv"
-    text = slurm.render(spec)
-    assert "{{" not in text and "}}" not in text
-    assert text.startswith("#!/bin/bash\n")
-    check = bash_n(text, tmp_path)
-    assert check.returncode == 0, check.stderr
-    assert ("--gres=gpu:3" in text) == (form == "gpu")
-    # Every #SBATCH line comes before the first command (sbatch stops reading at it).
-    lines = text.splitlines()
-    first_command = next(i for i, l in enumerate(lines) if l.strip() and not l.startswith("#"))
-    assert all(i < first_command for i, l in enumerate(lines) if l.startswith("#SBATCH"))
-    assert not any(l.startswith("#SBACTH") for l in lines)  # the seed's typo
-
-
-# Values that would run a command if pasted into a script unquoted. {canary} is an absolute path.
-NASTY = [
-    "x; touch {canary}",
-    "$(touch {canary})",
-    "`touch {canary}`",
-    "x' ; touch {canary} ; echo '",
-    'x" ; touch {canary} ; echo "',
-    "x\ntouch {canary}",
-    "x && touch {canary}",
-    "x | tee {canary}",
-    "x > {canary}",
-    "${{IFS}}$(touch${{IFS}}{canary})",
-]
-
-
-def _stub_bin(work: Path) -> Path:
-    """Stand-ins for srun/scontrol/module/conda that record their arguments and do nothing else."""
-    stubs = work / "stubs"
-    stubs.mkdir()
-    record = work / "argv"
-    programs = {
-        "srun": f'for a in "$@"; do printf "%s\\0" "$a"; done >> {record}\n',
-        "scontrol": 'if [ "$1 $2" = "show hostnames" ]; then echo n1; echo n2; fi\n',
-        "module": "true\n",
-        "conda": "true\n",
-    }
-    for name, body in programs.items():
-        path = stubs / name
-        path.write_text("#!/bin/sh\n" + body)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return stubs
-
-
-def _run_with_stubs(text: str, tmp_path: Path) -> list:
-    """Execute the rendered script with stub SLURM commands; return the arguments srun got."""
-    work = Path(tempfile.mkdtemp(dir=tmp_path))
-    stubs = _stub_bin(work)
-    script = work / "job.sh"
-    script.write_text(text)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "123", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_NNODES": "2", "SLURM_CPUS_PER_TASK": "2", "HOME": str(work)}
-    subprocess.run([BASH, str(script)], env=env, cwd=work, capture_output=True, text=True, timeout=30)
-    record = work / "argv"
-    return record.read_bytes().decode().split("\0")[:-1] if record.exists() else []
-
-
-# Fields written into shell commands: shell-quoted, so any text without control characters is kept.
-QUOTED = {
-    "root": lambda v: dict(root=v),
-    "python": lambda v: dict(python=v),
-    "venv": lambda v: dict(venv=v),
-    "conda": lambda v: dict(conda=v, conda_env=v),
-    "env value": lambda v: dict(env=(("DDP_NOTE", v),)),
-    "train_args": lambda v: dict(train_args=("--note", v)),
-}
-# Fields written on #SBATCH lines (read by sbatch without a shell) or as module names: strict.
-STRICT = {
-    "job_name": lambda v: dict(job_name=v),
-    "account": lambda v: dict(account=v),
-    "partition": lambda v: dict(partition=v),
-    "qos": lambda v: dict(qos=v),
-    "time": lambda v: dict(time=v),
-    "run_dir": lambda v: dict(run_dir=v),
-    "workdir": lambda v: dict(workdir=v),
-    "modules": lambda v: dict(modules=(v,)),
-}
-
-
-@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
-@pytest.mark.parametrize("field", sorted(QUOTED))
-def test_metacharacters_are_quoted_or_rejected_never_executed(template, field, tmp_path):
-    canary = tmp_path / "canary"
-    for raw in NASTY:
-        value = raw.format(canary=canary)
-        spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=2, run_dir=str(tmp_path / "runs"),
-                             **QUOTED[field](value))
-        try:
-            text = slurm.render(spec)
-        except TutorialError as error:
-            assert "\n" in value or "\r" in value, f"{field}={value!r} was refused: {error}"
-            assert error.key == "slurm.bad_value"
-            continue
-        check = bash_n(text, tmp_path)
-        assert check.returncode == 0, (value, check.stderr)
-        argv = _run_with_stubs(text, tmp_path)
-        assert not canary.exists(), f"{field}={value!r} ran a command"
-        assert argv, "the stub srun was not called"
-        if field == "root":
-            assert argv[argv.index("--root") + 1] == value  # arrives exactly as given
-        if field == "train_args":
-            assert argv[argv.index("--note") + 1] == value
-        if field == "python":
-            assert value in argv
-
-
-@pytest.mark.parametrize("field", sorted(STRICT))
-def test_sbatch_line_values_with_metacharacters_are_rejected(field, tmp_path):
-    canary = tmp_path / "canary"
-    for raw in NASTY + ["with space", "a'b", 'a"b', "a\\b", "a#b"]:
-        value = raw.format(canary=canary)
-        with pytest.raises(TutorialError) as caught:
-            slurm.render(slurm.JobSpec(**STRICT[field](value)))
-        assert caught.value.key == "slurm.bad_value"
-        name = "module" if field == "modules" else field
-        for lang in ("en", "tr"):
-            assert name in caught.value.text(lang)
-    assert not canary.exists()
-
-
-@pytest.mark.parametrize("changes, key", [
-    (dict(nodes=0), "slurm.bad_value"),
-    (dict(nodes=-1), "slurm.bad_value"),
-    (dict(nodes="2"), "slurm.bad_value"),
-    (dict(nodes=True), "slurm.bad_value"),
-    (dict(gpus_per_node=-1), "slurm.bad_value"),
-    (dict(nproc_per_node=0), "slurm.bad_value"),
-    (dict(cpus_per_process=0), "slurm.bad_value"),
-    (dict(gpus_per_node=4, nproc_per_node=2), "slurm.gpu_cpu_conflict"),
-    (dict(time="2 hours"), "slurm.bad_value"),
-    (dict(time="25:00:00:00"), "slurm.bad_value"),
-    (dict(epochs=-1), "slurm.bad_value"),
-    (dict(batch_size=0), "slurm.bad_value"),
-    (dict(lr=0.0), "slurm.bad_value"),
-    (dict(lr=float("nan")), "slurm.bad_value"),
-    (dict(dataset="cifar10"), "slurm.bad_value"),
-    (dict(signal_seconds=0), "slurm.bad_value"),
-    (dict(conda="/opt/conda"), "slurm.conda_needs_env"),
-    (dict(env=(("1BAD", "x"),)), "slurm.bad_value"),
-    (dict(env=(("A;B", "x"),)), "slurm.bad_value"),
-    (dict(template="mpi"), "slurm.unknown_template"),
-])
-def test_bad_values_give_bilingual_errors(changes, key):
-    with pytest.raises(TutorialError) as caught:
-        slurm.render(slurm.JobSpec(**changes))
-    assert caught.value.key == key
-    english, turkish = caught.value.text("en"), caught.value.text("tr")
-    assert english and turkish and english != turkish
-
-
-def test_unknown_profile():
-    with pytest.raises(TutorialError) as caught:
-        slurm.JobSpec.from_profile("truba-gpu")
-    assert caught.value.key == "slurm.unknown_profile"
-    assert "palamut-cuda" in str(caught.value)
-
-
-def test_time_formats_sbatch_accepts():
-    for value in ("30", "30:00", "02:00:00", "1-00", "1-12:00", "3-00:00:00"):
-        slurm.render(slurm.JobSpec(time=value))
-
-
-def test_job_ids_are_checked():
-    assert slurm.job_id_of(" 42\n") == "42"
-    for bad in ("42; scancel -u root", "$(id)", "", "12_3", "-1"):
-        with pytest.raises(TutorialError) as caught:
-            slurm.job_id_of(bad)
-        assert caught.value.key == "slurm.bad_job_id"
 
 
 def test_missing_slurm_is_a_clear_error(tmp_path):
@@ -292,15 +56,6 @@ def test_parse_scontrol():
     assert fields["JobName"] == "ddp tutorial"
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1"
     assert fields["StdOut"] == "/tmp/runs/slurm-7.out" and fields["NodeList"] == "n[1-2]"
-
-
-def test_messages_are_bilingual():
-    from ddp_tutorial.i18n import catalogue
-
-    ours = {k: v for k, v in catalogue().items() if k.startswith("slurm.")}
-    assert len(ours) > 20
-    for key, texts in ours.items():
-        assert texts["en"].strip() and texts["tr"].strip(), key
 
 
 def test_lab_says_what_is_missing(monkeypatch):
@@ -544,97 +299,28 @@ def test_four_jobs_at_once_on_one_node(slurm_cluster, cluster_data, tmp_path):
     assert len(ports) == 4
 
 
-# ------------------------------------------------------------------------------------------
-# ipyparallel engines through SLURM (ddp_tutorial.ipp.start_slurm): a notebook on a login node
-
-
-def test_engine_script_for_gpu_nodes(tmp_path):
-    """The engines' job for 2 palamut-cuda nodes: one engine (task) per GPU, the profile's cores,
-    and exactly one gap left for ipyparallel to fill; braces and shell syntax in our values
-    reach the script as text."""
-    from ipyparallel.cluster.launcher import EvalFormatter
-
-    canary = tmp_path / "canary"
-    note = f"${{HOME}} {{n}} $(touch {canary}); `touch {canary}`"
-    template = slurm.render_engines(slurm.JobSpec.from_profile(
-        "palamut-cuda", nodes=2, account="acc1", time="01:00:00", env=(("DDP_NOTE", note),)))
-    assert template.count("{program_and_args}") == 1
-    script = EvalFormatter().format(template, program_and_args=f"{sys.executable} -m ipyparallel.engine")
-    for line in ("--partition=palamut-cuda", "--account=acc1", "--nodes=2", "--ntasks-per-node=8",
-                 "--gres=gpu:8", "--cpus-per-task=16", "--time=01:00:00"):
-        assert f"#SBATCH {line} " in script, line
-    assert f"srun --kill-on-bad-exit=0 {sys.executable} -m ipyparallel.engine" in script
-    assert bash_n(script, tmp_path).returncode == 0
-    # The exported value comes back exactly, and nothing in it ran.
-    path = tmp_path / "engines.sh"
-    path.write_text(script.split("# ---- environment")[0] + 'printf "%s" "$DDP_NOTE"\n')
-    shown = subprocess.run([BASH, str(path)], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
-    assert shown.stdout == note and not canary.exists()
-
-
-def test_engine_script_for_cpu_nodes_and_bad_values(tmp_path):
-    spec = slurm.JobSpec(nodes=3, nproc_per_node=2, cpus_per_process=4, time="00:20:00")
-    template = slurm.render_engines(spec)
-    assert "#SBATCH --ntasks-per-node=2 " in template and "--gres" not in template
-    assert "export OMP_NUM_THREADS=4" in template
-    with pytest.raises(TutorialError) as caught:
-        slurm.render_engines(slurm.JobSpec(nodes=2, partition="gpu; rm -rf ~"))
-    assert caught.value.key == "slurm.bad_value"
-
-
-def test_start_slurm_refuses_before_submitting(tmp_path, monkeypatch):
-    """Bad values and a missing SLURM are clear errors, in both languages, before anything runs."""
-    from ddp_tutorial import ipp
-
-    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
-    with pytest.raises(TutorialError) as caught:
-        ipp.start_slurm(nodes=2, engines_per_node=2, run_dir=str(tmp_path))
-    assert caught.value.key == "slurm.missing" and "sbatch" in str(caught.value)
-    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
-    with pytest.raises(TutorialError) as caught:
-        ipp.start_slurm(nodes=0, run_dir=str(tmp_path))
-    assert caught.value.key == "slurm.bad_value" and "Geçersiz nodes=0" in str(caught.value)
-    with pytest.raises(TutorialError) as caught:
-        ipp.start_slurm(nodes=1, gpus_per_node=2, engines_per_node=3, run_dir=str(tmp_path))
-    assert caught.value.key == "slurm.gpu_cpu_conflict"
-    assert ipp.current() is None
-
-
 def test_controller_address_from_slurm_config():
-    from ddp_tutorial import ipp_slurm
+    from ddp_tutorial.ipp import slurm as ipp_slurm
 
     assert ipp_slurm.slurmctld_host("SlurmctldHost[0]        = slabctl(10.233.0.254)\n") == "10.233.0.254"
     assert ipp_slurm.slurmctld_host("Foo = 1\nSlurmctldHost[0] = levrek1\n") == "levrek1"
     assert ipp_slurm.slurmctld_host("nothing here") is None
     assert ipp_slurm.address_towards("127.0.0.1") is None  # loopback: the nodes could not reach it
     with pytest.raises(TutorialError) as caught:
-        ipp_slurm._check_address("10.255.255.77")  # not an address of this machine
+        ipp_slurm.check_address("10.255.255.77")  # not an address of this machine
     assert caught.value.key == "ipp.slurm_bad_address"
-
-
-def test_templates_are_installed_with_the_package(tmp_path):
-    """A plain (non-editable) install carries the sbatch templates: they are package data."""
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    import zipfile
-
-    (wheel,) = tmp_path.glob("ddp_tutorial-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for name in [*slurm.TEMPLATES.values(), slurm.ENGINES_TEMPLATE, "README.md"]:
-        assert f"ddp_tutorial/sbatch/{name}" in names, sorted(names)
 
 
 @pytest.fixture(scope="module")
 def ipp_on_slurm(slurm_cluster, cluster_data, tmp_path_factory):
-    """tests/ipp_slurm_driver.py, run on the lab's login node: engines through SLURM, training,
+    """tests/helpers/ipp_slurm_driver.py, run on the lab's login node: engines through SLURM, training,
     and two failures. Returns what it reported."""
     lab = slurm_cluster
     base = tmp_path_factory.mktemp("ipp-slurm")
     out = base / "report.json"
     env = dict(lab.env, IPYTHONDIR=str(base / "ipython"), PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en")
     began = time.monotonic()
-    proc = subprocess.run(lab.login_command([sys.executable, str(REPO / "tests" / "ipp_slurm_driver.py"),
+    proc = subprocess.run(lab.login_command([sys.executable, str(REPO / "tests" / "helpers" / "ipp_slurm_driver.py"),
                                              str(out), str(base / "runs"), str(cluster_data)]),
                           env=env, capture_output=True, text=True, timeout=600, cwd=str(REPO))
     output = proc.stdout + proc.stderr
@@ -681,6 +367,8 @@ def test_ipp_slurm_failures_are_clear_and_leave_nothing(ipp_on_slurm, slurm_clus
     assert unreachable["key"] in ("ipp.slurm_start_ended", "ipp.slurm_no_register"), unreachable
     assert "127.0.0.1" in unreachable["message"] and "controller_ip=" in unreachable["message"]
     assert not r["unreachable_current"]
+    killed = r["killed_kernel"]  # a kernel SIGKILLed with SLURM engines: its watchdog cancels the job
+    assert killed["job_id"] and killed["seconds"] < 10 and killed["states"][-1] == "", killed
     assert slurm_cluster.queue() == []
     leftovers = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -691,3 +379,84 @@ def test_ipp_slurm_failures_are_clear_and_leave_nothing(ipp_on_slurm, slurm_clus
         if r["ipython_dir"] in text:
             leftovers.append(text)
     assert not leftovers, leftovers
+
+
+
+# ------------------------------------------------------------------------------------------
+# Your own script through `--script` (issue 11, req 5): a DDP script that imports nothing from
+# ddp_tutorial, world 4 across both nodes, with each template that can run it.
+
+USER_SCRIPT = REPO / "tests" / "helpers" / "user_scripts" / "allreduce.py"
+
+
+def test_the_user_script_imports_nothing_from_the_package():
+    import ast
+
+    tree = ast.parse(USER_SCRIPT.read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert names and not [n for n in names if n.split(".")[0] == "ddp_tutorial"], names
+
+
+@pytest.mark.slurm
+def test_own_script_runs_on_two_nodes(slurm_cluster, tmp_path, capsys):
+    from ddp_tutorial.cli import main
+
+    lab = slurm_cluster
+    jobs = {}
+    for template in slurm.SCRIPT_TEMPLATES:
+        out = tmp_path / template / "out"
+        out.mkdir(parents=True)
+        script = tmp_path / f"{template}.sh"
+        assert main(["slurm", "render", "--template", template, "--nodes", "2", "--nproc-per-node", "2",
+                     "--python", sys.executable, "--run-dir", str(tmp_path / template), "--time", "00:10:00",
+                     "--job-name", f"own-{template}", "--script", str(USER_SCRIPT),
+                     "--script-args", f"{out} --tag 'two words'", "-o", str(script)]) == 0, capsys.readouterr()
+        jobs[template] = (slurm.submit(script, env=lab.env), out)
+    for template, (job, out) in jobs.items():
+        info = slurm.wait(job, timeout=240, poll=0.5, env=lab.env)
+        log = slurm.read_log(job, env=lab.env) if slurm.log_path(job, env=lab.env).exists() else "(no log)"
+        assert info.succeeded, f"{template}: {info.describe()}\n{log}"
+        records = sorted((json.loads(p.read_text()) for p in out.glob("rank-*.json")), key=lambda r: r["rank"])
+        assert [r["rank"] for r in records] == [0, 1, 2, 3], (template, log)
+        assert {r["sum"] for r in records} == {10.0}  # 1 + 2 + 3 + 4, all-reduced across the nodes
+        assert {r["world_size"] for r in records} == {4}
+        assert [r["host"] for r in records] == ["n1", "n1", "n2", "n2"], records
+        assert {r["tag"] for r in records} == {"two words"}
+        envs = [r["env"] for r in records]
+        assert [e["RANK"] for e in envs] == ["0", "1", "2", "3"]
+        assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "1"]
+        assert {e["WORLD_SIZE"] for e in envs} == {"4"} and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
+        assert {e["MASTER_ADDR"] for e in envs} == {"n1"}
+        port = 15000 + int(job) % 15000
+        assert f"n1:{port}" in log  # the rendezvous / master port from the job id
+        if template == "per-gpu":
+            assert {e["MASTER_PORT"] for e in envs} == {str(port)}
+        print(template, job, "MASTER_PORT seen by the script:", sorted({e["MASTER_PORT"] for e in envs}))
+
+
+@pytest.mark.slurm
+def test_own_script_follows_the_preemption_contract(slurm_cluster, tmp_path):
+    """slurm/README.md's pattern, copied into tests/helpers/user_scripts/preempt.py: SIGUSR1 → the script's
+    own checkpoint → exit 75 → scontrol requeue → the rerun resumes from the checkpoint."""
+    lab = slurm_cluster
+    jobs, where = {}, {}
+    for template in slurm.SCRIPT_TEMPLATES:
+        run_dir = tmp_path / template
+        run_dir.mkdir()
+        spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=1, python=sys.executable,
+                             run_dir=str(run_dir), time="00:10:00", job_name=f"own-rq-{template}",
+                             signal_seconds=60, requeue=True, script=str(USER_SCRIPT.parent / "preempt.py"),
+                             script_args=(str(run_dir / "ckpt.pt"), str(run_dir / "result.json"), "6"))
+        script = slurm.write_script(slurm.render(spec), tmp_path / f"{template}.sh")
+        jobs[template] = slurm.submit(script, env=lab.env)
+        where[template] = run_dir
+    _signal_after_line(jobs, r"^epoch 1$", env=lab.env, timeout=180)
+    for template, job in jobs.items():
+        info = slurm.wait(job, timeout=240, poll=0.5, env=lab.env)
+        log = slurm.read_log(job, env=lab.env)
+        assert info.state == "COMPLETED", f"{template}: {info.describe()}\n{log}"
+        assert info.restarts == 1, log
+        assert "requeueing job" in log and "restart 1," in log
+        result = json.loads((where[template] / "result.json").read_text())
+        assert result["restart"] == "1" and 2 <= result["started_at"] < 6, (result, log)

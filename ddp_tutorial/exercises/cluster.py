@@ -1,0 +1,248 @@
+"""Exercises of notebooks 05 and 06: repairing the seed's sbatch script, MASTER_ADDR from a host
+list, naming the rank that died from a job's log, the learning rate for N ranks."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..i18n import TutorialError, number
+from .core import Exercise, NotDone, call, fail
+
+
+# ----------------------------------------------------------------------------------------------
+# 05 · the seed's broken sbatch script, MASTER_ADDR from a host list, the rank that died
+
+SEED_SBATCH = """#!/bin/bash
+#SBATCH --account=<account> #your_user_account
+#SBATCH --job-name=pytorch
+#SBATCH --partition=<partition>
+#SBATCH --nodes=2
+#SBATCH --ntasks=2 # Number of parent processes that will be used
+#SBACTH --ntasks-per-node=1 # We specify that we want a single parent process to run on each node
+#SBATCH --gres=gpu:3 # number of GPUs used in each node
+#SBATCH --cpus-per-task=8
+#SBATCH --time=02:00:00
+# Setup
+module purge
+module add centos7.3/lib/cuda/10.1
+hostname
+source /truba/home/<account>/anaconda3/bin/activate
+conda init
+conda activate <conda_env>
+export MASTER_PORT=12900
+export MASTER_ADDR=$(srun --ntasks=1 hostname 2>&1 | tail -n1)
+srun -N 2 -n 2 python 01_distributed.p
+"""
+
+_OPTION = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:[= ]\s*(\S+))?")
+
+
+def _sbatch_options(text):
+    options = {}
+    for line in text.splitlines():
+        match = _OPTION.match(line.strip())
+        if match:
+            options[match.group(1)] = (match.group(2) or "").split("#")[0]
+    return options
+
+
+def _grade_sbatch(text):
+    if not isinstance(text, str):
+        fail("sbatch_type", got=type(text).__name__)
+    if text.strip() == SEED_SBATCH.strip():
+        raise NotDone()
+    for number_, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
+            fail("sbatch_typo", line=number_, code=stripped[:60])
+    launch = [line for line in text.splitlines() if re.search(r"\bpython\S*\s+\S+", line)]
+    if not launch:
+        fail("sbatch_no_launch")
+    script = re.search(r"\bpython\S*\s+(\S+)", launch[-1]).group(1)
+    if not script.endswith(".py"):
+        fail("sbatch_script", script=script)
+    port = re.search(r"^\s*export\s+MASTER_PORT=([^#\n]*)", text, re.M)
+    if not port:
+        fail("sbatch_no_port")
+    if "SLURM_JOB_ID" not in port.group(1):
+        fail("sbatch_port", port=port.group(1).strip())
+    if not re.search(r"^\s*export\s+MASTER_ADDR=", text, re.M):
+        fail("sbatch_no_addr")
+    options = _sbatch_options(text)
+    try:
+        nodes = int(options.get("nodes", "1"))
+        gpus = int(re.search(r"(\d+)$", options.get("gres", "gpu:0")).group(1))
+        cpus = int(options.get("cpus-per-task", "1"))
+        tasks = int(options["ntasks"]) if "ntasks" in options else None
+        per_node = int(options["ntasks-per-node"]) if "ntasks-per-node" in options else None
+    except (ValueError, AttributeError) as error:
+        fail("sbatch_number", error=str(error))
+    if tasks is not None and per_node is not None and tasks != nodes * per_node:
+        fail("sbatch_tasks", tasks=tasks, nodes=nodes, per_node=per_node)
+    from ..slurm import JobSpec, validate
+    try:
+        per_process = max(1, cpus // max(gpus, 1))
+        validate(JobSpec(template="seed", nodes=nodes, gpus_per_node=gpus, cpus_per_process=per_process,
+                         job_name=options.get("job-name", "ddp-tutorial"), account=options.get("account"),
+                         partition=options.get("partition"), time=options.get("time", "00:30:00")))
+    except TutorialError as error:
+        fail("sbatch_invalid", error=str(error))
+    return {"world": nodes * gpus}
+
+
+SBATCH_CODE = r'''
+import re
+from ddp_tutorial.exercises import SEED_SBATCH
+
+fixed_sbatch = (SEED_SBATCH
+                .replace("#SBACTH", "#SBATCH")           # 1. the typo: sbatch skipped the line
+                .replace("01_distributed.p\n", "01_distributed.py\n")   # 2. the real file
+                .replace("<account>", "my-account")      # 3. your project and partition
+                .replace("<partition>", "palamut-cuda")
+                .replace("<conda_env>", "ddp"))
+fixed_sbatch = re.sub(r"MASTER_PORT=\d+",                # 4. a port per job, not 12900
+                      "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", fixed_sbatch)
+'''
+
+
+def _grade_master_addr(fn):
+    from ..hostlist import first_host
+    for nodes in ("gpu[01-03,07],cpu5", "node007", "palamut[3-4]", "r[2-3]n[1-2]", "akya[09-11],barbun1"):
+        got = call(fn, nodes)
+        want = first_host(nodes)
+        if got != want:
+            fail("addr_wrong", nodes=nodes, got=repr(got), want=want)
+    return {}
+
+
+MASTER_ADDR_CODE = r'''
+def master_addr(nodelist):
+    import re
+    # the first element: up to the first comma outside [...]
+    first = re.match(r"(?:[^,\[]|\[[^\]]*\])*", nodelist).group(0)
+    # every [...] group → its first number, zero padding kept: gpu[01-03] → gpu01
+    lowest = lambda group: re.split(r"[-,]", group.group(1))[0]  # noqa: E731
+    return re.sub(r"\[([^\]]*)\]", lowest, first)
+'''
+
+
+_LOG = "\n".join((
+    '+ srun torchrun --nnodes=2 --nproc-per-node={per_node} --rdzv-backend=c10d'
+    ' --rdzv-endpoint={host0}:{port} train.py',
+    'epoch 1 · step 120 · loss 0.4123',
+    '{complaints}W1203 10:14:06.512000 {pid}'
+    ' torch/distributed/elastic/multiprocessing/api.py:897] Sending process {pid2} closing signal SIGTERM',
+    'E1203 10:14:07.001000 {pid} torch/distributed/elastic/multiprocessing/api.py:869]'
+    ' failed (exitcode: {survivor_code}) local_rank: {survivor_local} (pid: {pid2}) of binary: /usr/bin/python',
+    'Traceback (most recent call last):',
+    '  File "/usr/bin/torchrun", line 8, in <module>',
+    'torch.distributed.elastic.multiprocessing.errors.ChildFailedError:',
+    '============================================================',
+    'train.py FAILED',
+    '------------------------------------------------------------',
+    'Failures:',
+    '[1]:',
+    '  time      : 2026-12-03_10:14:07',
+    '  host      : {survivor_host}',
+    '  rank      : {survivor} (local_rank: {survivor_local})',
+    '  exitcode  : {survivor_code} (pid: {pid2})',
+    '  error_file: <N/A>',
+    '  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html',
+    '------------------------------------------------------------',
+    'Root Cause (first observed failure):',
+    '[0]:',
+    '  time      : 2026-12-03_10:14:05',
+    '  host      : {dead_host}',
+    '  rank      : {dead} (local_rank: {dead_local})',
+    '  exitcode  : {dead_code} (pid: {pid3})',
+    '  error_file: <N/A>',
+    '  traceback : {dead_traceback}',
+    '============================================================',
+    '{tail}',
+))
+
+
+def failed_log(dead: int, survivor: int, world: int = 4, per_node: int = 2, killed: bool = True) -> str:
+    """A failed torchrun job's log (the form torchrun and srun write), in which ``dead`` died first
+    and ``survivor`` failed afterwards because its peer was gone."""
+    hosts = [f"gpu{node + 1:02d}" for node in range(world // per_node)]
+    complaints = "".join(
+        f"[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+        f"peer [10.0.0.{12 + dead // per_node}]:{41000 + r}\n" for r in range(world) if r != dead)
+    return _LOG.format(
+        per_node=per_node, host0=hosts[0], port=29500, complaints=complaints, pid=4100, pid2=4200 + survivor,
+        pid3=4200 + dead, survivor=survivor, survivor_local=survivor % per_node,
+        survivor_host=hosts[survivor // per_node],
+        survivor_code=1, dead=dead, dead_local=dead % per_node, dead_host=hosts[dead // per_node],
+        dead_code=-9 if killed else 1,
+        dead_traceback=f"Signal 9 (SIGKILL) received by PID {4200 + dead}" if killed else
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        tail=(f"slurmstepd: error: Detected 1 oom_kill event in StepId=4711.0. Some of the step tasks have been "
+              f"OOM Killed.\nsrun: error: {hosts[dead // per_node]}: task {dead // per_node}: Out Of Memory\n"
+              if killed else
+              f"srun: error: {hosts[dead // per_node]}: task {dead // per_node}: Exited with exit code 1\n"))
+
+
+LOGS = ((3, 2, 4, 2, True), (1, 0, 4, 2, False), (4, 0, 6, 3, True))
+
+
+def _grade_dead_rank(fn):
+    for number_, (dead, survivor, world, per_node, killed) in enumerate(LOGS, start=1):
+        got = call(fn, failed_log(dead, survivor, world, per_node, killed))
+        try:
+            got = int(got)
+        except (TypeError, ValueError):
+            fail("dead_type", log=number_, got=repr(got)[:60])
+        if got == dead:
+            continue
+        if got == survivor or got in range(world):
+            fail("dead_survivor", log=number_, got=got, dead=dead)
+        fail("dead_wrong", log=number_, got=got, world=world)
+    return {}
+
+
+DEAD_RANK_CODE = '''
+def dead_rank(log):
+    import re
+    # torchrun's summary names the first failure
+    root_cause = log.split("Root Cause (first observed failure):")[1]
+    return int(re.search(r"rank\\s*:\\s*(\\d+)", root_cause).group(1))
+'''
+
+
+# ----------------------------------------------------------------------------------------------
+# 06 · the learning rate for N ranks: SGD and Adam
+
+def _grade_lr(fn):
+    for base, world, optimizer in ((0.1, 6, "sgd"), (0.001, 6, "adam"), (0.05, 4, "sgd"), (0.002, 4, "adam"),
+                                   (0.1, 1, "sgd"), (0.001, 1, "adam")):
+        got = call(fn, base, world, optimizer)
+        want = base * world if optimizer == "sgd" else base * math.sqrt(world)
+        try:
+            ok = abs(float(got) - want) <= 1e-9 + 1e-6 * want
+        except (TypeError, ValueError):
+            fail("lr_type", got=repr(got)[:60])
+        if ok:
+            continue
+        if optimizer == "adam" and abs(float(got) - base * world) < 1e-9 + 1e-6 * base * world:
+            fail("lr_adam_linear", base=number(base), world=world, got=number(float(got)), want=number(want))
+        fail("lr_wrong", base=number(base), world=world, optimizer=optimizer, got=number(float(got)), want=number(want))
+    return {"sgd": number(0.6), "adam": number(0.001 * math.sqrt(6), decimals=5)}
+
+
+LR_CODE = '''
+def lr_for(base_lr, world_size, optimizer):
+    import math
+    if optimizer == "sgd":
+        return base_lr * world_size                       # linear scaling rule (Goyal et al., 2017)
+    return base_lr * math.sqrt(world_size)                # Adam: square-root rule (Malladi et al.)
+'''
+
+
+EXERCISES = (
+    Exercise("sbatch", "fixed_sbatch", "05", _grade_sbatch, SBATCH_CODE),
+    Exercise("addr", "master_addr", "05", _grade_master_addr, MASTER_ADDR_CODE),
+    Exercise("dead", "dead_rank", "05", _grade_dead_rank, DEAD_RANK_CODE),
+    Exercise("lr", "lr_for", "06", _grade_lr, LR_CODE),
+)

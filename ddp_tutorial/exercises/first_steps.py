@@ -1,0 +1,144 @@
+"""Exercises of notebooks 01 and 02: the seed's global rank, the MLP's size, sharding like
+``DistributedSampler``, steps per epoch, and the ``set_epoch`` bug (graders and solutions)."""
+
+from __future__ import annotations
+
+import math
+
+from ..i18n import number
+from .core import Exercise, call, fail, short_list
+
+
+# ----------------------------------------------------------------------------------------------
+# 01 · the seed's global rank formula, and the MLP's parameter count
+
+def _grade_global_rank(fn):
+    for node_rank, local_rank, per_node in ((0, 0, 3), (0, 2, 3), (1, 0, 3), (1, 2, 3), (2, 1, 4)):
+        got = call(fn, node_rank, local_rank, per_node)
+        want = local_rank + node_rank * per_node
+        if got != want:
+            fail("global_rank_wrong", node=node_rank, local=local_rank, per_node=per_node, got=got, want=want)
+    return {"world": 6}
+
+
+GLOBAL_RANK_CODE = '''
+def global_rank(node_rank, local_rank, gpus_per_node):
+    return local_rank + node_rank * gpus_per_node
+'''
+
+
+def _grade_mlp_parameters(fn):
+    from ..model import DeepNeuralNetwork, count_parameters
+    for layers, features, hidden, classes in ((2, 10, 5, 3), (3, 20, 7, 4), (4, 784, 128, 10)):
+        got = call(fn, layers, features, hidden, classes)
+        want = count_parameters(DeepNeuralNetwork(layers, features, hidden, classes))
+        if got != want:
+            weights_only = features * hidden + (layers - 2) * hidden * hidden + hidden * classes
+            key = "mlp_parameters_biases" if got == weights_only else "mlp_parameters_wrong"
+            fail(key, shape=f"{layers}, {features}, {hidden}, {classes}", got=got, want=number(want))
+    return {"count": number(134794)}
+
+
+MLP_PARAMETERS_CODE = '''
+def mlp_parameters(num_layers, input_features, hidden, classes):
+    first = input_features * hidden + hidden             # weights + biases of the input layer
+    middle = (num_layers - 2) * (hidden * hidden + hidden)
+    last = hidden * classes + classes
+    return first + middle + last
+'''
+
+
+# ----------------------------------------------------------------------------------------------
+# 02 · sharding like DistributedSampler, steps per epoch, the set_epoch bug
+
+def _sampler_share(num_samples, world_size, rank, seed, epoch):
+    from ..sampling import epoch_indices, make_sampler
+    return epoch_indices(make_sampler(num_samples, world_size, rank, seed=seed), epoch).tolist()
+
+
+def _grade_shard(fn):
+    for n, world, seed, epoch in ((10, 3, 0, 0), (11, 4, 1, 2), (8, 4, 0, 1), (5, 3, 7, 0)):
+        for rank in range(world):
+            got = call(fn, n, world, rank, seed, epoch)
+            want = _sampler_share(n, world, rank, seed, epoch)
+            try:
+                got = [int(i) for i in got]
+            except (TypeError, ValueError):
+                fail("shard_type", got=repr(got)[:60])
+            if got == want:
+                continue
+            if len(got) != len(want):
+                fail("shard_length", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
+                     count=len(got), want=short_list(want), want_count=len(want))
+            fail("shard_wrong", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
+                 want=short_list(want))
+    return {}
+
+
+SHARD_CODE = '''
+def shard_indices(num_samples, world_size, rank, seed, epoch):
+    import math
+    import torch
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)                   # every rank: the same shuffle
+    order = torch.randperm(num_samples, generator=generator).tolist()
+    total = math.ceil(num_samples / world_size) * world_size
+    order += order[: total - num_samples]                 # padding: repeat from the start
+    return order[rank:total:world_size]                   # every world_size-th from rank
+'''
+
+
+def _grade_steps(fn):
+    for n, world, batch in ((60_000, 1, 128), (60_000, 6, 128), (60_000, 7, 128), (10, 3, 2), (11, 4, 3)):
+        got = call(fn, n, world, batch)
+        want = math.ceil(math.ceil(n / world) / batch)
+        if got != want:
+            fail("steps_wrong", n=number(n), world=world, batch=batch, got=got, want=want)
+    return {"steps": 79}
+
+
+STEPS_CODE = '''
+def steps_per_epoch(num_samples, world_size, batch_size):
+    import math
+    per_rank = math.ceil(num_samples / world_size)        # the sampler pads to whole shares
+    return math.ceil(per_rank / batch_size)               # a last, smaller batch is a step too
+'''
+
+
+def _grade_epoch_orders(fn):
+    from ..sampling import make_sampler
+    sampler = make_sampler(40, 2, 1, seed=0)
+    got = call(fn, sampler, 3)
+    want = [_sampler_share(40, 2, 1, 0, epoch) for epoch in range(3)]
+    try:
+        got = [[int(i) for i in order] for order in got]
+    except (TypeError, ValueError):
+        fail("epochs_type", got=repr(got)[:60])
+    if len(got) != 3:
+        fail("epochs_count", got=len(got))
+    for epoch in range(1, 3):
+        if got[epoch] == got[0] and want[epoch] != want[0]:
+            fail("epochs_repeat", epoch=epoch, got=short_list(got[epoch]))
+    for epoch in range(3):
+        if got[epoch] != want[epoch]:
+            fail("epochs_wrong", epoch=epoch, got=short_list(got[epoch]), want=short_list(want[epoch]))
+    return {}
+
+
+EPOCH_ORDERS_CODE = '''
+def epoch_orders(sampler, epochs):
+    orders = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)                          # the fix: a new shuffle every epoch
+        orders.append(list(iter(sampler)))
+    return orders
+'''
+
+
+EXERCISES = (
+    Exercise("global_rank", "global_rank", "01", _grade_global_rank, GLOBAL_RANK_CODE),
+    Exercise("mlp_parameters", "mlp_parameters", "01", _grade_mlp_parameters, MLP_PARAMETERS_CODE),
+    Exercise("shard", "shard_indices", "02", _grade_shard, SHARD_CODE),
+    Exercise("steps", "steps_per_epoch", "02", _grade_steps, STEPS_CODE),
+    Exercise("epochs", "epoch_orders", "02", _grade_epoch_orders, EPOCH_ORDERS_CODE),
+)

@@ -1,0 +1,263 @@
+"""Exercises of notebooks 03 and 04, run on ipyparallel engines inside a real gloo process group:
+all_reduce by hand, averaging gradients bit for bit like DDP, wrapping in DDP, the rank-0 test.
+
+The ``_on_engine_*`` functions run on the engines; they catch the attendee's errors themselves and
+send back a picklable report (so the kernel shows the attendee's line)."""
+
+from __future__ import annotations
+
+
+from ..i18n import number
+from .core import Exercise, error_report, fail, raise_if_failed
+
+
+ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 2 is exact: bit for bit)
+
+
+# ----------------------------------------------------------------------------------------------
+# 03 · all_reduce by hand, on live engines
+
+def _distributed(worker, fn, *args):
+    """Run ``worker(env, fn, *args)`` on the engines (kept when they were already running)."""
+    from .. import ipp
+    keep = ipp.current() is not None
+    results = ipp.run(worker, fn, *args, n=ENGINES, keep=keep, timeout=180.0, pg_timeout=30.0)
+    return raise_if_failed(results)
+
+
+def _small_model():
+    import torch
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def _rank_batch(rank, step=0, size=4):
+    import torch
+    generator = torch.Generator().manual_seed(1000 + 10 * rank + step)
+    return torch.randn(size, 8, generator=generator), torch.randint(0, 3, (size,), generator=generator)
+
+
+def _on_engine_mean(env, fn):
+    import torch
+    value = torch.tensor([1.5 * (env.rank + 1), 2.0 * env.rank, -1.0])
+    try:
+        got = fn(value.clone())
+    except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
+        return {"attendee_error": error_report(error, fn)}
+    return {"got": None if got is None else torch.as_tensor(got).tolist(), "own": value.tolist()}
+
+
+def _grade_mean(fn):
+    results = _distributed(_on_engine_mean, fn)
+    owns = [r["own"] for r in results]
+    want = [sum(col) / len(owns) for col in zip(*owns)]
+    total = [sum(col) for col in zip(*owns)]
+    for rank, result in enumerate(results):
+        got = result["got"]
+        if got is None:
+            fail("mean_none", rank=rank)
+        if _close(got, want):
+            continue
+        if _close(got, total):
+            fail("mean_sum", rank=rank, got=got, world=len(owns))
+        if _close(got, result["own"]):
+            fail("mean_own", rank=rank, got=got)
+        fail("mean_wrong", rank=rank, got=got, want=want)
+    return {"want": want}
+
+
+def _close(a, b, tolerance=1e-6):
+    try:
+        return len(a) == len(b) and all(abs(float(x) - float(y)) <= tolerance for x, y in zip(a, b))
+    except (TypeError, ValueError):
+        return False
+
+
+MEAN_CODE = '''
+def mean_over_ranks(tensor):
+    import torch.distributed as dist
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)         # every rank now holds the sum
+    return tensor / dist.get_world_size()
+'''
+
+
+def _on_engine_average(env, fn):
+    import copy
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = _small_model()
+    reference = copy.deepcopy(model)
+    images, labels = _rank_batch(env.rank)
+    torch.nn.functional.cross_entropy(model(images), labels).backward()
+    local = [p.grad.clone() for p in model.parameters()]
+    try:
+        fn(model)
+    except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
+        return {"attendee_error": error_report(error, fn)}
+    mine = [p.grad.clone() for p in model.parameters()]
+    ddp = DDP(reference)
+    torch.nn.functional.cross_entropy(ddp(images), labels).backward()
+    return {"local": local, "mine": mine, "ddp": [p.grad.clone() for p in reference.parameters()]}
+
+
+def _grade_average(fn):
+    import torch
+    results = _distributed(_on_engine_average, fn)
+    world = len(results)
+    for rank, result in enumerate(results):
+        mine, ddp, local = result["mine"], result["ddp"], result["local"]
+        if all(torch.equal(a, b) for a, b in zip(mine, ddp)):
+            continue
+        if all(torch.equal(a, b) for a, b in zip(mine, local)):
+            fail("average_unchanged", rank=rank)
+        if all(torch.allclose(a, b * world) for a, b in zip(mine, ddp)):
+            fail("average_sum", rank=rank, world=world)
+        gap = max(float((a - b).abs().max()) for a, b in zip(mine, ddp))
+        if gap < 1e-5:
+            fail("average_not_exact", rank=rank, gap=f"{gap:.1e}")
+        fail("average_wrong", rank=rank, gap=f"{gap:.3g}")
+    return {"count": sum(p.numel() for p in results[0]["mine"])}
+
+
+AVERAGE_CODE = '''
+def average_gradients(model):
+    import torch.distributed as dist
+    world = dist.get_world_size()
+    for parameter in model.parameters():
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+        parameter.grad /= world
+'''
+
+
+# ----------------------------------------------------------------------------------------------
+# 04 · DDP wrap and k steps; the rank-0 test through .module under no_grad
+
+STEPS = 3
+
+
+def _weights(module):
+    import torch
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def _on_engine_train(env, fn, lr):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    out = {}
+    for steps in (1, STEPS):
+        batches = [_rank_batch(env.rank, step) for step in range(steps)]
+        try:
+            returned = fn(_small_model(), batches, lr)
+        except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
+            return {"attendee_error": error_report(error, fn)}
+        if returned is None:
+            return {"none": True}
+        module = returned.module if isinstance(returned, DDP) else returned
+        weights = _weights(module)
+        everyone = [torch.empty_like(weights) for _ in range(env.world_size)]
+        dist.all_gather(everyone, weights)
+        reference = DDP(_small_model())
+        optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+        for images, labels in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(reference(images), labels).backward()
+            optimizer.step()
+        out[steps] = {"is_ddp": isinstance(returned, DDP), "type": type(returned).__name__,
+                      "same": all(torch.equal(everyone[0], w) for w in everyone),
+                      "gap": float((weights - _weights(reference.module)).abs().max())}
+    return out
+
+
+def _grade_train(fn):
+    results = _distributed(_on_engine_train, fn, 0.1)
+    for rank, result in enumerate(results):
+        if result.get("none"):
+            fail("train_none", rank=rank)
+    for steps in (1, STEPS):
+        result = results[0][steps]
+        if not result["same"]:
+            fail("train_differ", steps=steps, kind=result["type"])
+        if result["gap"] > 1e-6:
+            fail("train_wrong", steps=steps, gap=f"{result['gap']:.3g}")
+        if not result["is_ddp"]:
+            fail("train_not_ddp", kind=result["type"])
+    return {"steps": STEPS, "world": len(results)}
+
+
+TRAIN_CODE = '''
+def train_ddp_steps(model, batches, lr):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ddp_model = DDP(model)                                # CPU/gloo: no device_ids
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=lr)
+    for images, labels in batches:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp_model(images), labels)
+        loss.backward()                                   # DDP averages the gradients here
+        optimizer.step()
+    return ddp_model
+'''
+
+
+def _on_engine_eval(env, fn):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = _small_model()
+    ddp = DDP(model)
+    seen = {"wrapper": 0, "grad": []}
+    ddp.register_forward_pre_hook(lambda module, inputs: seen.__setitem__("wrapper", seen["wrapper"] + 1))
+    model.register_forward_pre_hook(lambda module, inputs: seen["grad"].append(torch.is_grad_enabled()))
+    generator = torch.Generator().manual_seed(7)
+    images, labels = torch.randn(200, 8, generator=generator), torch.randint(0, 3, (200,), generator=generator)
+    with torch.no_grad():
+        want = (model(images).argmax(dim=1) == labels).float().mean().item() * 100
+    seen["grad"].clear()
+    try:
+        got = fn(ddp, images, labels, env.rank)
+    except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
+        return {"attendee_error": error_report(error, fn)}
+    try:
+        got = None if got is None else float(got)
+    except (TypeError, ValueError):
+        got = repr(got)[:60]
+    return {"got": got, "want": want, "wrapper": seen["wrapper"], "grad": any(seen["grad"]),
+            "calls": len(seen["grad"])}
+
+
+def _grade_eval(fn):
+    results = _distributed(_on_engine_eval, fn)
+    first = results[0]
+    for rank, result in enumerate(results[1:], start=1):
+        if result["got"] is not None or result["calls"]:
+            fail("eval_other_rank", rank=rank)
+    if first["got"] is None:
+        fail("eval_none")
+    if first["wrapper"]:
+        fail("eval_wrapper")
+    if first["grad"]:
+        fail("eval_grad")
+    if isinstance(first["got"], str) or abs(first["got"] - first["want"]) > 1e-4:
+        if not isinstance(first["got"], str) and abs(first["got"] * 100 - first["want"]) < 1e-3:
+            fail("eval_fraction", got=first["got"], want=number(first["want"], decimals=2))
+        fail("eval_wrong", got=first["got"], want=number(first["want"], decimals=2))
+    return {"acc": number(first["want"], decimals=2)}
+
+
+EVAL_CODE = '''
+def evaluate_rank0(ddp_model, images, labels, rank):
+    import torch
+    if rank != 0:
+        return None                                       # only rank 0 tests
+    with torch.no_grad():                                 # no graph, no gradients
+        predictions = ddp_model.module(images).argmax(dim=1)   # .module: the model, not the wrapper
+    return (predictions == labels).float().mean().item() * 100
+'''
+
+
+EXERCISES = (
+    Exercise("mean", "mean_over_ranks", "03", _grade_mean, MEAN_CODE, distributed=True),
+    Exercise("average", "average_gradients", "03", _grade_average, AVERAGE_CODE, distributed=True),
+    Exercise("train", "train_ddp_steps", "04", _grade_train, TRAIN_CODE, distributed=True),
+    Exercise("eval", "evaluate_rank0", "04", _grade_eval, EVAL_CODE, distributed=True),
+)

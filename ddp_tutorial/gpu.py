@@ -1,0 +1,275 @@
+"""Does this torch build run on these GPUs with this driver? The environment check.
+
+A PyTorch wheel bundles its own CUDA runtime (a ``module load cuda/…`` does not change it) and
+carries compiled kernels only for some GPU generations ("compute capabilities", ``sm_XY``).
+Two things can make a GPU unusable although ``nvidia-smi`` shows it:
+
+* the **driver** is older than the wheel's CUDA needs → torch sees no GPU at all;
+* the wheel has **no kernels** for the GPU's compute capability → "no kernel image is available
+  for execution on the device" on the first CUDA operation.
+
+:func:`compatibility` decides this as a pure function (tested on tables in tests/test_gpu.py);
+:func:`report` prints the facts of this machine and the verdict (``ddp-tutorial env``, notebook 00).
+
+The table :data:`VARIANTS` is taken from PyTorch's release notes and install matrix (the
+``download.pytorch.org/whl/<variant>`` builds); it is **not checked here** (no GPU, no access to
+that index). At run time the wheel's own list, ``torch.cuda.get_arch_list()``, wins where torch
+can report it (it needs a working driver). The PyPI wheel ``torch==2.14.1`` is the cu130 build.
+
+| variant | compute capabilities | driver |
+|---|---|---|
+| cu130 | sm_75 … sm_120 (Turing and newer: T4, A100, H100/H200, …) | ≥ 580 |
+| cu128 | sm_75 … sm_120 (2.8's notes drop sm_50–sm_70 from it) | ≥ 570 (≥ 525: minor-version compatibility) |
+| cu126 | sm_50 … sm_90 (Maxwell … Hopper: P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) |
+
+Install another variant with ``bash scripts/setup.sh --cuda cu126`` (or ``--index-url URL``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .i18n import TutorialError, t
+
+Capability = Tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cuda: str
+    arch_list: Tuple[str, ...]
+    min_driver: int  # the driver major version below which this build sees no GPU
+    recommended_driver: int
+
+
+VARIANTS: Dict[str, Variant] = {  # newest first: the first that fits is advised
+    "cu130": Variant("cu130", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"), 580, 580),
+    "cu128": Variant("cu128", "12.8", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 525, 570),
+    "cu126": Variant("cu126", "12.6", ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), 525, 560),
+}
+# The minimum driver for a CUDA major version (minor-version compatibility), for builds not in the table.
+MIN_DRIVER_FOR_CUDA_MAJOR = {11: 450, 12: 525, 13: 580}
+
+
+def variant_of(wheel_cuda: Optional[str]) -> Optional[str]:
+    """``"13.0"`` → ``"cu130"`` (``torch.version.cuda``); None for a CPU-only build."""
+    if not wheel_cuda:
+        return None
+    parts = wheel_cuda.split(".")
+    return "cu" + parts[0] + (parts[1] if len(parts) > 1 else "0")
+
+
+def _arch(entry: str) -> Optional[Tuple[str, int, int, str]]:
+    """``"sm_86"`` → ("sm", 8, 6, ""); ``"sm_90a"`` → ("sm", 9, 0, "a"); ``"compute_120"`` → PTX."""
+    match = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", entry.strip())
+    if not match:
+        return None
+    return match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
+
+
+def has_kernels(capability: Capability, arch_list: Sequence[str]) -> bool:
+    """Can a build with ``arch_list`` run on a GPU of ``capability``?
+
+    ``sm_XY`` code runs on X.Y and on newer GPUs of the same generation (X.Z, Z ≥ Y);
+    ``sm_XYa`` only on X.Y itself; ``compute_XY`` (PTX) is compiled at load time for X.Y and newer."""
+    major, minor = capability
+    for entry in arch_list:
+        parsed = _arch(entry)
+        if parsed is None:
+            continue
+        kind, a_major, a_minor, suffix = parsed
+        if kind == "compute" and (major, minor) >= (a_major, a_minor):
+            return True
+        if kind == "sm" and a_major == major and (minor == a_minor if suffix else minor >= a_minor):
+            return True
+    return False
+
+
+def driver_major(driver_version: Optional[str]) -> Optional[int]:
+    match = re.match(r"\s*(\d+)", driver_version or "")
+    return int(match.group(1)) if match else None
+
+
+def suggest(capabilities: Sequence[Capability], driver_version: Optional[str]) -> Optional[str]:
+    """The newest variant with kernels for every GPU and a minimum driver this driver meets."""
+    major = driver_major(driver_version)
+    for name, variant in VARIANTS.items():
+        if all(has_kernels(c, variant.arch_list) for c in capabilities) and (
+                major is None or major >= variant.min_driver):
+            return name
+    return None
+
+
+@dataclass
+class Verdict:
+    """``ok``: this torch can train on these GPUs (or there is none, and the CPU is used).
+    ``status``: ok | no_gpu | cpu_build | cpu_build_on_gpu_node | driver_too_old | no_kernels.
+    ``key``/``fields``: the plain-words message (``gpu.verdict_<status>`` or ``gpu.no_variant``)."""
+
+    ok: bool
+    status: str
+    suggestion: Optional[str] = None
+    fields: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        if not self.ok and self.suggestion is None:
+            return "gpu.no_variant"
+        return "gpu.verdict_" + self.status
+
+    def message(self, lang: Optional[str] = None) -> str:
+        return t(self.key, lang, **self.fields)
+
+    def error(self) -> TutorialError:
+        return TutorialError(self.key, **self.fields)
+
+
+def _cap(c: Capability) -> str:
+    return f"{c[0]}.{c[1]}"
+
+
+def compatibility(capabilities: Sequence[Capability], driver_version: Optional[str],
+                  wheel_cuda: Optional[str], arch_list: Optional[Sequence[str]] = None) -> Verdict:
+    """The verdict for GPUs of ``capabilities`` (e.g. ``[(7, 0)]`` for a V100), the NVIDIA driver
+    ``driver_version`` (``"570.124.06"``; None when unknown), the wheel's CUDA (``torch.version.cuda``,
+    None for a CPU-only build) and its kernels (``torch.cuda.get_arch_list()``; None or empty: from
+    :data:`VARIANTS`). A pure function."""
+    capabilities = list(capabilities)
+    wheel = variant_of(wheel_cuda)
+    caps_text = ", ".join(_cap(c) for c in capabilities)
+    advice = suggest(capabilities, driver_version) if capabilities else None
+    fields: Dict[str, object] = dict(cuda=wheel_cuda or "-", driver=driver_version or "?", caps=caps_text,
+                                     variant=advice or "-", command=f"bash scripts/setup.sh --cuda {advice}")
+    if not capabilities:
+        return Verdict(True, "cpu_build" if wheel is None else "no_gpu", None, fields)
+    if wheel is None:
+        return Verdict(False, "cpu_build_on_gpu_node", advice, fields)
+    known = VARIANTS.get(wheel)
+    major = driver_major(driver_version)
+    cuda_major = driver_major(wheel_cuda)
+    minimum = known.min_driver if known else MIN_DRIVER_FOR_CUDA_MAJOR.get(cuda_major or 0)
+    if major is not None and minimum is not None and major < minimum:
+        fields["minimum"] = minimum
+        return Verdict(False, "driver_too_old", advice, fields)
+    kernels = list(arch_list or ()) or (list(known.arch_list) if known else [])
+    if kernels:
+        missing = [c for c in capabilities if not has_kernels(c, kernels)]
+        if missing:
+            fields["missing"] = ", ".join(f"sm_{c[0]}{c[1]}" for c in dict.fromkeys(missing))
+            return Verdict(False, "no_kernels", advice, fields)
+    return Verdict(True, "ok", None, fields)
+
+
+# --------------------------------------------------------------------------------------
+# The facts of this machine (without initialising CUDA in this process)
+
+
+@dataclass
+class GPU:
+    name: str
+    capability: Optional[Capability]
+
+
+def parse_nvidia_smi(text: str) -> Tuple[List[GPU], Optional[str]]:
+    """Lines of ``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``."""
+    gpus, driver = [], None
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0]:
+            continue
+        match = re.fullmatch(r"(\d+)\.(\d+)", parts[1])
+        gpus.append(GPU(parts[0], (int(match.group(1)), int(match.group(2))) if match else None))
+        driver = driver or (parts[2] if re.match(r"\d", parts[2]) else None)
+    return gpus, driver
+
+
+def parse_proc_version(text: str) -> Optional[str]:
+    """The driver version in ``/proc/driver/nvidia/version`` ("… Kernel Module  550.54.15 …")."""
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return match.group(1) if match else None
+
+
+def node_facts() -> Tuple[List[GPU], Optional[str], str]:
+    """(GPUs, driver version, where the facts came from), from ``nvidia-smi`` or ``/proc``."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            done = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=30)
+            gpus, driver = parse_nvidia_smi(done.stdout) if done.returncode == 0 else ([], None)
+            if gpus:
+                return gpus, driver, "nvidia-smi"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
+            return [], parse_proc_version(f.read()), "/proc/driver/nvidia/version"
+    except OSError:
+        return [], None, "-"
+
+
+def torch_facts() -> Tuple[str, Optional[str], List[str]]:
+    """(torch version, the wheel's CUDA or None, the wheel's kernels when torch can tell)."""
+    import torch
+    arch: List[str] = []
+    try:
+        if torch.version.cuda and torch.cuda.is_available():  # no CUDA context is made by either call
+            arch = list(torch.cuda.get_arch_list())
+    except RuntimeError:  # an old driver: torch says so here; the table stands in
+        arch = []
+    return torch.__version__, torch.version.cuda, arch
+
+
+def check() -> Verdict:
+    """The verdict for this machine."""
+    gpus, driver, _ = node_facts()
+    _, cuda, arch = torch_facts()
+    return compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
+
+
+def why_no_gpu() -> Optional[TutorialError]:
+    """When torch sees no GPU: a better error than "no usable GPU" if this node does have GPUs
+    (a CPU-only torch on a GPU node, a driver older than the wheel needs); else None."""
+    verdict = check()
+    return None if verdict.ok else verdict.error()
+
+
+def report(lang: Optional[str] = None) -> str:
+    """The environment check in plain words: torch, its CUDA, the driver, every GPU, the verdict."""
+    version, cuda, arch = torch_facts()
+    gpus, driver, source = node_facts()
+    lines = [t("gpu.report_torch", lang, version=version,
+               build=t("gpu.build_cuda", lang, cuda=cuda) if cuda else t("gpu.build_cpu", lang))]
+    if cuda:
+        known = VARIANTS.get(variant_of(cuda))
+        table = " ".join(known.arch_list) if known else "?"
+        kernels = " ".join(arch) if arch else t("gpu.kernels_from_table", lang, kernels=table)
+        lines.append(t("gpu.report_kernels", lang, kernels=kernels))
+    if driver:
+        lines.append(t("gpu.report_driver", lang, driver=driver, source=source))
+    else:
+        lines.append(t("gpu.report_no_driver", lang))
+    if gpus:
+        for i, g in enumerate(gpus):
+            lines.append(t("gpu.report_gpu", lang, index=i, name=g.name,
+                           capability=_cap(g.capability) if g.capability else "?"))
+    else:
+        lines.append(t("gpu.report_no_gpu", lang))
+    verdict = compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
+    lines.append(("OK: " if verdict.ok else "!! ") + verdict.message(lang))
+    return "\n".join(lines)
+
+
+def main() -> int:  # python -m ddp_tutorial.gpu
+    print(report())
+    return 0 if check().ok else 1
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

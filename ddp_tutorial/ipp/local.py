@@ -1,0 +1,120 @@
+"""Local engines: N ipyparallel engines on this machine, one per GPU or N CPU engines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Optional
+
+from ..i18n import TutorialError, t
+from ..threads import prefer_passive_openmp
+from . import engines as es
+from . import remote
+from .progress import Registering
+from .watchdog import Guard
+
+
+def gpu_count() -> int:
+    """GPUs of this machine, counted without initialising CUDA in this process."""
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+class LocalEngines(es.EngineSet):
+    """Engines that are processes of this machine: alive means their pid is."""
+
+    def describe_loss(self, rank: int) -> str:
+        code = self.exit_code(self.pids[rank])
+        if code is None:
+            return t("ipp.gone")
+        if code < 0:
+            try:
+                return t("ipp.signal", name=signal.Signals(-code).name)
+            except ValueError:
+                pass
+        return t("ipp.exit_code", code=code)
+
+    def exit_code(self, pid: int) -> Optional[int]:
+        """The exit code of a finished engine (negative: killed by that signal), as ipyparallel saw it."""
+        import psutil
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            for engine_set in list(self.cluster.engines.values()):
+                # Where ipyparallel's event loop runs (in a notebook), it records the exit here …
+                for stopped in (getattr(engine_set, "stop_data", None) or {}).get("engines", {}).values():
+                    if stopped.get("pid") == pid and stopped.get("exit_code") is not None:
+                        return stopped["exit_code"]
+                # … elsewhere its launcher's waiting thread reaps the process and psutil keeps the code.
+                for launcher in list(engine_set.launchers.values()):
+                    if launcher.pid == pid and launcher.process is not None:
+                        waiter = getattr(launcher, "_wait_thread", None)
+                        if waiter is not None:
+                            waiter.join(timeout=0.5)
+                        try:
+                            code = launcher.process.wait(timeout=0)
+                        except psutil.TimeoutExpired:
+                            code = None
+                        if code is not None:
+                            return int(code)
+            time.sleep(0.1)
+        return None
+
+
+def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
+    """Start ``n`` local engines, or reuse the kept ones when there are enough (see ipp.start)."""
+    gpus = gpu_count() if device != "cpu" else 0
+    if device == "cuda" and not gpus:
+        raise TutorialError("device.no_gpu")
+    kind = "cuda" if gpus else "cpu"
+    n = (gpus or 2) if n is None else n
+    es.check_count(n)
+    if kind == "cuda" and n > gpus:
+        raise TutorialError("ipp.too_many_gpu_engines", n=n, gpus=gpus)
+
+    prefer_passive_openmp()  # the engines inherit the kernel's environment
+    kept = es.current()
+    if isinstance(kept, LocalEngines):
+        healthy = kept.controller_alive() and all(kept.alive(r) for r in range(kept.size))
+        if healthy and kept.device == kind and kept.size >= n:
+            return kept  # quietly: the notebooks' checked outputs must not show pids
+    es.stop()
+
+    import ipyparallel
+
+    began = time.perf_counter()
+    # ERROR: ipyparallel logs an engine's whole output as a warning whenever it exits with a
+    # non-zero code, which ipyparallel 9's engines do even on a clean shutdown; our own
+    # messages say what went wrong, and the logs stay in the profile's log folder.
+    cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR)
+    client = None
+    registered = [0]
+    try:
+        with Registering(n, lambda: registered[0]):
+            cluster.start_cluster_sync(n)
+            client = cluster.connect_client_sync()
+            deadline = time.monotonic() + es.START_TIMEOUT
+            while len(client.ids) < n:  # our own wait: the display shows the count as it grows
+                registered[0] = len(client.ids)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{registered[0]} of {n} engines registered")
+                time.sleep(0.1)
+            registered[0] = len(client.ids)
+        ids = sorted(client.ids)[:n]
+        # Rank r runs on the r-th engine in this list, whatever its engine id. Each engine
+        # works in the notebook's folder and can import what the notebook imports.
+        pids = [client[eid].apply_sync(remote.join_kernel, os.getcwd(), list(sys.path)) for eid in ids]
+    except Exception as error:  # noqa: BLE001 - any start failure becomes one clear message
+        es.shutdown(cluster, client, es.with_helpers(es.launcher_pids(cluster)), force=True)
+        raise TutorialError("ipp.start_failed", n=n, timeout=es.START_TIMEOUT, detail=str(error)[:300],
+                            profile=getattr(cluster, "profile_dir", "~/.ipython")) from None
+    processes = es.with_helpers(es.launcher_pids(cluster))
+    guarded = processes + es.with_helpers([cluster.controller.pid])  # the controller too
+    engines = LocalEngines(cluster=cluster, client=client, ids=ids, pids=pids, device=kind, processes=processes,
+                           guard=Guard([p.pid for p in guarded]))
+    client[ids].apply_async(remote.warm_up)  # imports, while the notebook goes on
+    es.keep(engines)
+    print(t("ipp.started", n=n, seconds=time.perf_counter() - began, pids=pids, device=kind), flush=True)
+    return engines

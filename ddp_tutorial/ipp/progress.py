@@ -1,0 +1,109 @@
+"""What the notebook shows while it waits: engines registering, and rank 0's progress bar.
+
+In a live Jupyter kernel the engine count updates one line in place and training draws a
+``tqdm.auto`` bar (ipywidgets); elsewhere — a script, pytest, or ``CI`` set (nbval) — the count
+comes as a line every few seconds and the bar is tqdm's text form without timings, so stored
+outputs stay stable.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+from ..i18n import t
+
+TEXT_EVERY = 5.0  # seconds between the engine-count lines outside a live kernel
+TICK = 0.5        # seconds between updates of the in-place line
+
+
+def live_kernel() -> bool:
+    """Is this a Jupyter kernel with a front end to draw in (not CI)?"""
+    if os.environ.get("CI"):
+        return False
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class Registering:
+    """``with Registering(n, count):`` shows how many of ``n`` engines have registered (``count()``)
+    and for how long, until the block ends."""
+
+    def __init__(self, n: int, count: Callable[[], int]):
+        self.n, self.count = n, count
+        self.began = time.monotonic()
+        self.done = threading.Event()
+        self.handle = None
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+
+    def text(self) -> str:
+        try:
+            got = self.count()
+        except Exception:  # noqa: BLE001 - no client yet, or it is being closed
+            got = 0
+        return t("ipp.registering", got=got, n=self.n, seconds=time.monotonic() - self.began)
+
+    def _tick(self) -> None:
+        last_line = self.began
+        while not self.done.wait(TICK):
+            now = time.monotonic()
+            if self.handle is not None:
+                self.handle.update({"text/plain": self.text()}, raw=True)
+            elif now - last_line >= TEXT_EVERY:
+                last_line = now
+                print(self.text(), flush=True)
+
+    def __enter__(self) -> "Registering":
+        if live_kernel():
+            from IPython.display import display
+            self.handle = display({"text/plain": self.text()}, raw=True, display_id=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        if self.handle is not None:  # the stored output: the count, no timing
+            self.handle.update({"text/plain": t("ipp.registered", got=self.count(), n=self.n)}, raw=True)
+
+
+class RankZeroBar:
+    """The kernel's drawing of rank 0's per-epoch bar, fed with what rank 0 published."""
+
+    def __init__(self):
+        self.bar = None
+        self.desc: Optional[str] = None
+        self.widgets = live_kernel()
+
+    def _new(self, desc: str, total: int):
+        if self.widgets:
+            try:
+                import ipywidgets  # noqa: F401 - tqdm.auto needs it for the widget form
+                from tqdm.auto import tqdm
+                return tqdm(total=total, desc=desc, unit="batch")
+            except ImportError:
+                pass
+        from tqdm.std import tqdm
+        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0,
+                    bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}")
+
+    def show(self, published: Optional[dict]) -> None:
+        progress = (published or {}).get("progress")
+        if not progress:
+            return
+        desc, done, total = progress
+        if desc != self.desc:
+            if self.bar is not None and self.bar.total:  # a new bar starts: rank 0 finished this one
+                self.bar.update(self.bar.total - self.bar.n)
+            self.close()
+            self.desc, self.bar = desc, self._new(desc, total)
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,141 @@
+"""Running one function on every engine and waiting for all of them, with failure detection.
+
+While it waits it streams rank 0's output into the notebook and draws rank 0's progress bar;
+when a rank dies, raises or runs too long it stops every engine (a rank blocked in a
+collective cannot be interrupted any other way) and raises one clear error naming the cause.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from ..i18n import TutorialError, language, t
+from ..distributed import classify_failure
+from . import engines as es
+from .progress import RankZeroBar
+from .remote import Place
+
+POLL_SECONDS = 0.2      # how often the kernel looks at the engines while it waits
+GRACE_SECONDS = 3.0     # after a first failure: time for the other ranks to report their own
+
+
+def remote_error_text(error: BaseException) -> str:
+    """``Name: first line of the message`` of an error raised on an engine."""
+    name = getattr(error, "ename", type(error).__name__)
+    value = str(getattr(error, "evalue", error)).strip()
+    lines = [line.strip() for line in value.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    return f"{name}: {first[:500].rstrip('.')}"
+
+
+class Rank0Stream:
+    """Writes here what rank 0 printed since the last look."""
+
+    def __init__(self, result):
+        self.result = result
+        self.shown = {"stdout": 0, "stderr": 0}
+
+    def __call__(self) -> None:
+        for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            text = getattr(self.result, name) or ""
+            if len(text) > self.shown[name]:
+                target.write(text[self.shown[name]:])
+                target.flush()
+                self.shown[name] = len(text)
+
+
+def run_everywhere(engines: es.EngineSet, n: int, make_call: Callable[[int], tuple],
+                   timeout: Optional[float]) -> list:
+    """Send ``make_call(rank)`` = (function, args) to the first ``n`` engines; wait for all of
+    them; return the results in rank order or raise one clear error (after killing every
+    engine) when a rank dies, raises or runs too long."""
+    client, ids, pids = engines.client, engines.ids[:n], engines.pids[:n]
+    pending = {}
+    for rank, eid in enumerate(ids):
+        function, args = make_call(rank)
+        pending[rank] = client[eid].apply_async(function, *args)
+    results: Dict[int, Any] = {}
+    failures: List[tuple] = []  # (order, text): dead engines first, then errors, then lost peers
+    began = time.monotonic()
+    failed_at = None
+    stream, bar = Rank0Stream(pending[0]), RankZeroBar()
+    rank0 = pending[0]
+
+    try:
+        while pending:
+            for rank in list(pending):
+                ar = pending[rank]
+                if not engines.alive(rank):  # first: a dead engine is the cause, not a symptom
+                    del pending[rank]
+                    failures.append((0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank],
+                                          how=engines.describe_loss(rank))))
+                elif ar.ready():
+                    del pending[rank]
+                    try:
+                        results[rank] = ar.get()
+                    except Exception as error:  # noqa: BLE001 - a remote error, reported below
+                        text = remote_error_text(error)
+                        # A rank that only lost its peers is a symptom of another rank's failure.
+                        failures.append((2 if classify_failure(text) == "lost_peer" else 1,
+                                         t("ipp.cause_raised", rank=rank, engine=ids[rank], error=text)))
+            if not engines.controller_alive():
+                failures.append((0, t("ipp.cause_controller", pid=engines.cluster.controller.pid)))
+                break
+            now = time.monotonic()
+            ended = engines.ended() if pending else None
+            if ended:
+                failures.append((0, ended))
+                break
+            bar.show(rank0.data)
+            stream()
+            if failures and failed_at is None:
+                failed_at = now
+            if failed_at is not None and now - failed_at > GRACE_SECONDS:
+                break
+            if timeout is not None and now - began > timeout and not failures:
+                failures.append((3, t("ipp.cause_timeout", timeout=timeout, ranks=sorted(pending))))
+                break
+            if pending:
+                time.sleep(POLL_SECONDS)
+        bar.show(rank0.data)
+    finally:
+        bar.close()
+        stream()
+
+    if failures:
+        # The engines may be blocked inside a collective: only killing them frees them.
+        if es.current() is engines:
+            es.keep(None)
+        leftover = engines.stop(force=True)
+        failures.sort(key=lambda f: f[0])
+        cause = failures[0][1]
+        if len(failures) > 1:
+            cause += "; " + t("ipp.also", rest="; ".join(f[1] for f in failures[1:]))
+        if leftover:
+            cause += "; " + t("ipp.leftover", pids=leftover)
+        raise TutorialError("ipp.failed", n=n, cause=cause)
+    return [results[rank] for rank in range(n)]
+
+
+def launch(engines: es.EngineSet, n: Optional[int], keep: bool, timeout: Optional[float],
+           task: Callable[[Place], tuple]) -> list:
+    """Give every engine its :class:`Place` (rank, local rank, master address and one free port),
+    run ``task(place)`` (a (function, args) pair) everywhere, and stop the engines afterwards
+    unless ``keep``."""
+    n = engines.size if n is None else n
+    port, lang, use_cuda = engines.master_port(), language(), engines.device == "cuda"
+
+    def place(rank: int) -> Place:
+        return Place(rank=rank, world_size=n, local_rank=engines.local_rank(rank),
+                     nproc_per_node=engines.per_node(rank, n), master_addr=engines.master_addr,
+                     master_port=port, lang=lang, use_cuda=use_cuda)
+    try:
+        return run_everywhere(engines, n, lambda rank: task(place(rank)), timeout)
+    except KeyboardInterrupt:  # the stop button of the notebook
+        es.stop(force=True)
+        raise
+    finally:
+        if es.current() is not None and not keep:
+            es.stop()

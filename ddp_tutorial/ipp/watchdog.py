@@ -1,0 +1,132 @@
+"""The guard that ends the engines when the notebook kernel goes, however it goes.
+
+A kernel that is shut down, restarted or killed with SIGKILL cannot stop its engines itself
+(SIGKILL runs no handler), and ipyparallel's heartbeat notices a lost client only after minutes.
+So :class:`Guard` starts one tiny watchdog process beside the kernel (own session, so a signal to
+the kernel's process group does not take it along) and keeps the write end of a pipe to it. The
+watchdog holds the engines' pids (with their start times) and, for SLURM engines, the job id.
+When the pipe reaches end-of-file — the kernel exited or was killed — or the kernel's pid is gone,
+it SIGKILLs those processes and ``scancel``s the job, then exits. :meth:`Guard.release` (a clean
+:func:`ddp_tutorial.ipp.stop`) tells it to exit without doing anything.
+
+This file also runs as a script (``python -I watchdog.py KERNEL_PID``): stdlib and psutil only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+POLL_SECONDS = 0.5  # how often the watchdog also checks the kernel's pid (a forked child may hold the pipe)
+
+
+class Guard:
+    """The kernel's side: start the watchdog, tell it what to end, release it."""
+
+    def __init__(self, pids, job_id=None):
+        import psutil
+        targets = []
+        for pid in pids:
+            try:
+                targets.append([pid, psutil.Process(pid).create_time()])
+            except psutil.NoSuchProcess:
+                pass
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
+             repr(psutil.Process().create_time())],  # the kernel may be gone before the watchdog runs
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+        self._send({"targets": targets, "job_id": job_id})
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.process.stdin.write((json.dumps(message) + "\n").encode())
+            self.process.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the watchdog is gone already
+
+    def release(self) -> None:
+        """The engines were stopped cleanly: the watchdog exits without killing anything."""
+        self._send({"release": True})
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+
+
+# --------------------------------------------------------------------------------------
+# The watchdog process
+
+
+def _same_process(pid: int, started: float) -> bool:
+    import psutil
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 0.01
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _end(targets, job_id) -> None:
+    import psutil
+    if job_id:
+        try:
+            subprocess.run(["scancel", str(job_id)], timeout=30, check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    handles = []
+    for pid, started in targets:
+        if _same_process(pid, started):
+            try:
+                handle = psutil.Process(pid)
+                handles += [handle] + handle.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+    for handle in handles:
+        try:
+            handle.kill()
+        except psutil.NoSuchProcess:
+            pass
+    deadline = time.monotonic() + 5.0  # zombies count as gone: PID 1 may be slow to reap them
+    while time.monotonic() < deadline and any(_running(handle) for handle in handles):
+        time.sleep(0.05)
+
+
+def _running(handle) -> bool:
+    import psutil
+    try:
+        return handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def watch(kernel_pid: int, kernel_started: float) -> None:
+    targets, job_id, buffer = [], None, b""
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    while True:
+        ready, _, _ = select.select([stdin], [], [], POLL_SECONDS)
+        if ready:
+            chunk = os.read(stdin.fileno(), 65536)
+            if not chunk:  # end of file: the kernel is gone (or released us and closed)
+                break
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if message.get("release"):
+                    return
+                targets, job_id = message.get("targets", targets), message.get("job_id", job_id)
+        elif not _same_process(kernel_pid, kernel_started):
+            break
+        elif targets and not any(_same_process(pid, started) for pid, started in targets):
+            return  # everything we guard is gone already
+    _end(targets, job_id)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), float(sys.argv[2]))

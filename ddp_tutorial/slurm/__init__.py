@@ -1,0 +1,43 @@
+"""Step 11 — SLURM: write an sbatch script from a template, submit it, watch it.
+
+Split the way submitit splits it: building the job script, then submitting and watching the job.
+
+=================  =====================================================================
+:mod:`.spec`       site profiles, :class:`JobSpec`, the check of every value
+:mod:`.render`     the job script: a template from ``slurm/`` with its gaps filled in one pass
+:mod:`.jobs`       submit, state, wait, cancel, logs, results (``sbatch``, ``scontrol``, ``sacct``)
+:mod:`.cli`        ``ddp-tutorial slurm render|submit|status|wait|cancel|logs|result``
+=================  =====================================================================
+
+Three layouts (see ``slurm/README.md``):
+
+========== =========================================================================
+``seed``     one task per node; ``python -m ddp_tutorial.spawn`` starts one process
+             per GPU on its node (the seed tutorial's scheme)
+``per-gpu``  one SLURM task per GPU; ``srun`` starts every training process itself
+``torchrun`` one ``torchrun`` per node, meeting through a c10d rendezvous
+========== =========================================================================
+
+``per-gpu`` and ``torchrun`` also run your own DDP script (``JobSpec(script=…)``, ``--script``).
+
+    spec = JobSpec.from_profile("palamut-cuda", nodes=2, account="myaccount")
+    script = write_script(render(spec), "job.sh")
+    job = submit(script)
+    info = wait(job)
+    print(info.state, read_result(job))
+
+No torch import anywhere here: a login node renders and submits without it.
+"""
+
+from .cli import add_cli, add_render_arguments
+from .jobs import (TERMINAL, JobInfo, cancel, checkpoint_dir, job_info, log_path, parse_scontrol, read_log,
+                   read_result, result_path, run_command, submit, test_only, wait)
+from .render import ENGINES_TEMPLATE, TEMPLATE_DIR, render, render_engines, template_text, write_script
+from .spec import PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobSpec, Profile, job_id_of, validate
+
+__all__ = [
+    "ENGINES_TEMPLATE", "PROFILES", "SCRIPT_TEMPLATES", "TEMPLATES", "TEMPLATE_DIR", "TERMINAL", "JobInfo",
+    "JobSpec", "Profile", "add_cli", "add_render_arguments", "cancel", "checkpoint_dir", "job_id_of",
+    "job_info", "log_path", "parse_scontrol", "read_log", "read_result", "render", "render_engines",
+    "result_path", "run_command", "submit", "template_text", "test_only", "validate", "wait", "write_script",
+]

@@ -1,0 +1,197 @@
+"""``ddp-tutorial slurm render|submit|status|wait|cancel|logs|result`` — the command line.
+
+:func:`add_cli` adds the ``slurm`` subcommand to the ``ddp-tutorial`` parser (``ddp_tutorial.cli``
+imports it only for ``ddp-tutorial slurm …``; nothing here imports torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+from ..i18n import TutorialError, t
+from .jobs import JobInfo, cancel, job_info, read_log, read_result, submit, test_only, wait
+from .render import write_script, render
+from .spec import PROFILES, TEMPLATES, JobSpec, bad_value, plain_text
+
+
+def _spec_from_args(args: argparse.Namespace) -> JobSpec:
+    env = []
+    for item in args.env or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise bad_value("--env", item, "slurm.rule.env_name")
+        env.append((key, value))
+    train_args = list(args.train_args or [])
+    if train_args and train_args[0] == "--":
+        train_args = train_args[1:]
+    run_dir = args.run_dir
+    if run_dir is not None and not os.path.isabs(run_dir) and args.workdir is None:
+        run_dir = os.path.abspath(run_dir)  # the job may start elsewhere: make it unambiguous
+    script = args.script
+    if script is not None:
+        plain_text("--script", script)
+        if not os.path.isfile(script):
+            raise TutorialError("slurm.no_user_script", path=script)
+        if not os.path.isabs(script) and args.workdir is None:
+            script = os.path.abspath(script)  # the job may start elsewhere
+    return JobSpec.from_profile(
+        args.profile,
+        template=args.template, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        nproc_per_node=args.nproc_per_node, cpus_per_process=args.cpus_per_process,
+        job_name=args.job_name, account=args.account, partition=args.partition, qos=args.qos, time=args.time,
+        run_dir=run_dir, workdir=args.workdir, python=args.python, modules=tuple(args.module or ()),
+        conda=args.conda, conda_env=args.conda_env, venv=args.venv, env=tuple(env),
+        dataset=args.dataset, root=args.root, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        seed=args.seed, train_args=tuple(train_args), signal_seconds=args.preempt_signal,
+        requeue=True if args.requeue else None, script=script, script_args=args.script_args,
+    )
+
+
+def _cmd_render(args) -> int:
+    text = render(_spec_from_args(args))
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        print(t("slurm.written", path=write_script(text, args.output)), file=sys.stderr)
+    return 0
+
+
+def _cmd_submit(args) -> int:
+    if args.test_only:
+        print(test_only(args.script, sbatch_args=args.sbatch_arg or ()))
+        return 0
+    job_id = submit(args.script, sbatch_args=args.sbatch_arg or ())
+    print(job_id if args.parsable else t("slurm.submitted", job_id=job_id))
+    if args.wait:
+        return _finish(wait(job_id, timeout=args.timeout, poll=args.poll, on_change=_print_info))
+    return 0
+
+
+def _print_info(info: JobInfo) -> None:
+    print(info.describe(), flush=True)
+
+
+def _finish(info: JobInfo) -> int:
+    return 0 if info.succeeded else 1
+
+
+def _cmd_status(args) -> int:
+    info = job_info(args.job_id)
+    if args.json:
+        print(json.dumps({k: v for k, v in info.__dict__.items() if k != "fields"}, indent=2))
+    else:
+        print(info.describe())
+    return 0 if info.state != "UNKNOWN" else 1
+
+
+def _cmd_wait(args) -> int:
+    return _finish(wait(args.job_id, timeout=args.timeout, poll=args.poll, on_change=_print_info))
+
+
+def _cmd_cancel(args) -> int:
+    cancel(args.job_id, signal=args.signal, batch=args.batch)
+    return 0
+
+
+def _cmd_logs(args) -> int:
+    sys.stdout.write(read_log(args.job_id, run_dir=args.run_dir, tail=args.tail))
+    return 0
+
+
+def _cmd_result(args) -> int:
+    print(json.dumps(read_result(args.job_id, run_dir=args.run_dir), indent=2, sort_keys=True))
+    return 0
+
+
+def add_render_arguments(p: argparse.ArgumentParser) -> None:
+    d = JobSpec()
+    p.add_argument("--template", choices=list(TEMPLATES), default=None,
+                   help=t("slurm.cli.template"))
+    p.add_argument("--profile", choices=list(PROFILES), default="generic",
+                   help=t("slurm.cli.profile"))
+    p.add_argument("--nodes", type=int, default=None, help=t("slurm.cli.nodes", nodes=d.nodes))
+    p.add_argument("--gpus-per-node", type=int, default=None, help=t("slurm.cli.gpus_per_node"))
+    p.add_argument("--nproc-per-node", type=int, default=None, help=t("slurm.cli.nproc_per_node"))
+    p.add_argument("--cpus-per-process", type=int, default=None, help=t("slurm.cli.cpus_per_process"))
+    p.add_argument("--job-name", default=None)
+    p.add_argument("--account", default=None)
+    p.add_argument("--partition", default=None)
+    p.add_argument("--qos", default=None)
+    p.add_argument("--time", default=None, help=t("slurm.cli.time", time=d.time))
+    p.add_argument("--run-dir", default=None, help=t("slurm.cli.run_dir"))
+    p.add_argument("--workdir", default=None, help=t("slurm.cli.workdir"))
+    p.add_argument("--python", default=None, help=t("slurm.cli.python"))
+    p.add_argument("--module", action="append", help=t("slurm.cli.module"))
+    p.add_argument("--conda", default=None, help=t("slurm.cli.conda"))
+    p.add_argument("--conda-env", default=None, help=t("slurm.cli.conda_env"))
+    p.add_argument("--venv", default=None, help=t("slurm.cli.venv"))
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help=t("slurm.cli.env"))
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--root", default=None, help=t("slurm.cli.root"))
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--preempt-signal", type=int, default=None, metavar="SECONDS",
+                   help=t("slurm.cli.preempt_signal"))
+    p.add_argument("--requeue", action="store_true", help=t("slurm.cli.requeue"))
+    p.add_argument("--script", default=None, metavar="PATH",
+                   help=t("slurm.cli.script"))
+    p.add_argument("--script-args", default=None, metavar='"ARGS"',
+                   help=t("slurm.cli.script_args"))
+    p.add_argument("train_args", nargs="*", help=t("slurm.cli.train_args"))
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Add ``slurm render|submit|status|wait|cancel|logs|result`` to the ``ddp-tutorial`` command."""
+    slurm = subparsers.add_parser("slurm", help=t("slurm.cli.slurm"))
+    sub = slurm.add_subparsers(dest="slurm_command", required=True)
+
+    p = sub.add_parser("render", help=t("slurm.cli.render"))
+    add_render_arguments(p)
+    p.add_argument("-o", "--output", default=None, help=t("slurm.cli.output"))
+    p.set_defaults(func=_cmd_render)
+
+    p = sub.add_parser("submit", help=t("slurm.cli.submit"))
+    p.add_argument("script")
+    p.add_argument("--sbatch-arg", action="append",
+                   help=t("slurm.cli.sbatch_arg"))
+    p.add_argument("--parsable", action="store_true", help=t("slurm.cli.parsable"))
+    p.add_argument("--test-only", action="store_true", help=t("slurm.cli.test_only"))
+    p.add_argument("--wait", action="store_true", help=t("slurm.cli.then_wait"))
+    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--poll", type=float, default=2.0)
+    p.set_defaults(func=_cmd_submit)
+
+    p = sub.add_parser("status", help=t("slurm.cli.status"))
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("wait", help=t("slurm.cli.wait"))
+    p.add_argument("job_id")
+    p.add_argument("--timeout", type=float, default=None, help=t("slurm.cli.timeout"))
+    p.add_argument("--poll", type=float, default=2.0, help=t("slurm.cli.poll"))
+    p.set_defaults(func=_cmd_wait)
+
+    p = sub.add_parser("cancel", help=t("slurm.cli.cancel"))
+    p.add_argument("job_id")
+    p.add_argument("--signal", default=None, help=t("slurm.cli.signal"))
+    p.add_argument("--batch", action="store_true", help=t("slurm.cli.batch"))
+    p.set_defaults(func=_cmd_cancel)
+
+    p = sub.add_parser("logs", help=t("slurm.cli.logs"))
+    p.add_argument("job_id")
+    p.add_argument("--run-dir", default=None, help=t("slurm.cli.logs_run_dir"))
+    p.add_argument("--tail", type=int, default=None, help=t("slurm.cli.tail"))
+    p.set_defaults(func=_cmd_logs)
+
+    p = sub.add_parser("result", help=t("slurm.cli.result"))
+    p.add_argument("job_id")
+    p.add_argument("--run-dir", default=None)
+    p.set_defaults(func=_cmd_result)
+    return slurm

@@ -1,0 +1,253 @@
+"""Submitting and watching jobs: ``sbatch``, ``scontrol``/``sacct``, ``scancel``, the log and the result.
+
+Submitting uses ``sbatch --parsable``; the state comes from ``scontrol show job``
+(``sacct`` when the job is no longer known to the controller); :func:`wait` polls
+(``sbatch --wait`` backs off to 32 s between checks).
+
+    spec = JobSpec.from_profile("palamut-cuda", nodes=2, account="myaccount")
+    script = write_script(render(spec), "job.sh")
+    job = submit(script)
+    info = wait(job)
+    print(info.state, read_result(job))
+
+No torch import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..i18n import TutorialError, t
+from .spec import SIGNAL, bad_value, job_id_of
+
+
+
+
+def run_command(args: Sequence[str], env: Optional[Mapping[str, str]] = None, timeout: float = 60,
+         check: bool = True) -> subprocess.CompletedProcess:
+    """Run a SLURM client command; a missing command or a failure becomes a clear error."""
+    environ = dict(os.environ if env is None else env)
+    if shutil.which(args[0], path=environ.get("PATH")) is None:
+        raise TutorialError("slurm.missing", command=args[0])
+    try:
+        proc = subprocess.run(list(args), env=environ, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TutorialError("slurm.command_timeout", command=" ".join(args[:2]), seconds=timeout) from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr.strip() or proc.stdout.strip() or "-").splitlines()[-1]
+        raise TutorialError("slurm.command_failed", command=" ".join(args[:2]), code=proc.returncode,
+                            detail=detail)
+    return proc
+
+
+def _log_dirs(script: Path) -> List[Path]:
+    """Directories named by #SBATCH --output/--error: SLURM does not create them, and a job whose
+    log directory is missing fails at once, without any log."""
+    dirs = []
+    for line in script.read_text(errors="replace").splitlines():
+        m = re.match(r"#SBATCH\s+(?:--output|--error|-o|-e)[=\s]\s*(\S+)", line)
+        if m and "%" not in os.path.dirname(m.group(1)):
+            dirs.append(Path(m.group(1)).parent)
+    return dirs
+
+
+def submit(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
+           env: Optional[Mapping[str, str]] = None) -> str:
+    """``sbatch --parsable [sbatch_args] script`` → the job id."""
+    script = Path(script)
+    if not script.is_file():
+        raise TutorialError("slurm.no_script", path=str(script))
+    for directory in _log_dirs(script):
+        directory.mkdir(parents=True, exist_ok=True)
+    proc = run_command(["sbatch", "--parsable", *sbatch_args, str(script)], env=env)
+    return job_id_of(proc.stdout.strip().split(";")[0])  # "id" or "id;cluster"
+
+
+def test_only(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
+              env: Optional[Mapping[str, str]] = None) -> str:
+    """``sbatch --test-only``: would SLURM accept the script, and when would it start? Nothing is queued.
+    Returns SLURM's answer, e.g. ``Job 7 to start at … using 12 processors on nodes n[1-2] …``."""
+    script = Path(script)
+    if not script.is_file():
+        raise TutorialError("slurm.no_script", path=str(script))
+    proc = run_command(["sbatch", "--test-only", *sbatch_args, str(script)], env=env)
+    return (proc.stderr.strip() or proc.stdout.strip()).removeprefix("sbatch: ")
+
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+
+
+@dataclass
+class JobInfo:
+    """What SLURM says about a job."""
+
+    job_id: str
+    state: str                        # PENDING, RUNNING, COMPLETED, FAILED, … or UNKNOWN
+    reason: str = ""
+    exit_code: Optional[int] = None   # the batch script's exit code (ExitCode=N:signal)
+    signal: Optional[int] = None
+    restarts: int = 0                 # how often it was requeued
+    nodes: str = ""
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    workdir: Optional[str] = None
+    fields: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "COMPLETED" and (self.exit_code or 0) == 0
+
+    def describe(self) -> str:
+        reason = t("slurm.state.reason", reason=self.reason) if self.reason and self.reason != "None" else ""
+        code = t("slurm.state.exit", code=self.exit_code) if self.finished and self.exit_code is not None else ""
+        restarts = t("slurm.state.restarts", n=self.restarts) if self.restarts else ""
+        return t("slurm.state", job_id=self.job_id, state=self.state, reason=reason, exit=code, restarts=restarts)
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w:/]*)=(.*?)(?=\s+[A-Za-z][\w:/]*=|\s*$)")
+
+
+def parse_scontrol(text: str) -> Dict[str, str]:
+    """``Key=Value Key=Value …`` (``scontrol show job -o``) → a dict."""
+    return {m.group(1): m.group(2) for m in _FIELD.finditer(text.strip())}
+
+
+def _exit_pair(text: str) -> Tuple[Optional[int], Optional[int]]:
+    m = re.fullmatch(r"([0-9]+):([0-9]+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
+def job_info(job_id, env: Optional[Mapping[str, str]] = None) -> JobInfo:
+    """The job's state from ``scontrol show job`` (``sacct`` once the controller has forgotten it)."""
+    job_id = job_id_of(job_id)
+    proc = run_command(["scontrol", "show", "job", "-o", job_id], env=env, check=False)
+    if proc.returncode == 0 and "JobId=" in proc.stdout:
+        f = parse_scontrol(proc.stdout.splitlines()[0])
+        code, sig = _exit_pair(f.get("ExitCode", ""))
+        return JobInfo(job_id=job_id, state=f.get("JobState", "UNKNOWN"), reason=f.get("Reason", ""),
+                       exit_code=code, signal=sig, restarts=int(f.get("Restarts", "0") or 0),
+                       nodes=f.get("NodeList", ""), stdout=f.get("StdOut"), stderr=f.get("StdErr"),
+                       workdir=f.get("WorkDir"), fields=f)
+    # Not (or no longer) known to the controller: ask the accounting database, if there is one.
+    environ = dict(os.environ if env is None else env)
+    if shutil.which("sacct", path=environ.get("PATH")):
+        acct = run_command(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"], env=env,
+                    check=False)
+        line = acct.stdout.strip().splitlines()[:1]
+        if acct.returncode == 0 and line and "|" in line[0]:
+            state, exit_text, nodes = (line[0].split("|") + ["", ""])[:3]
+            code, sig = _exit_pair(exit_text)
+            return JobInfo(job_id=job_id, state=state.split()[0], exit_code=code, signal=sig, nodes=nodes)
+    return JobInfo(job_id=job_id, state="UNKNOWN")
+
+
+def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Optional[Mapping[str, str]] = None,
+         on_change: Optional[Callable[[JobInfo], None]] = None) -> JobInfo:
+    """Poll until the job has finished (COMPLETED, FAILED, …); return its final :class:`JobInfo`.
+
+    A requeued job passes through PENDING again and is waited for to the end. ``on_change`` is
+    called whenever the state changes (the CLI prints it).
+    """
+    job_id = job_id_of(job_id)
+    started = time.monotonic()
+    last = None
+    unknown_since = None
+    while True:
+        info = job_info(job_id, env=env)
+        key = (info.state, info.restarts)
+        if key != last:
+            last = key
+            if on_change:
+                on_change(info)
+        if info.finished:
+            return info
+        if info.state == "UNKNOWN":
+            # Just after sbatch the controller knows the job; "unknown" for long means it never will.
+            unknown_since = unknown_since or time.monotonic()
+            if time.monotonic() - unknown_since > max(10 * poll, 30):
+                raise TutorialError("slurm.unknown_job", job_id=job_id)
+        else:
+            unknown_since = None
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise TutorialError("slurm.wait_timeout", job_id=job_id, state=info.state,
+                                seconds=time.monotonic() - started)
+        time.sleep(poll)
+
+
+def cancel(job_id, signal: Optional[str] = None, batch: bool = False,
+           env: Optional[Mapping[str, str]] = None) -> None:
+    """``scancel`` the job, or only send it a signal (``signal="USR1", batch=True``: to the script)."""
+    args = ["scancel"]
+    if signal:
+        name = signal.upper().removeprefix("SIG")
+        if not SIGNAL.fullmatch(name):
+            raise bad_value("signal", signal, "slurm.rule.pattern", allowed=t("slurm.allowed.name"))
+        args.append(f"--signal={name}")
+    if batch:
+        args.append("--batch")
+    run_command(args + [job_id_of(job_id)], env=env)
+
+
+def _where(job_id: str, info: Optional[JobInfo], run_dir: Optional[str]) -> Path:
+    """The job's log file: what SLURM reports, else ``run_dir/slurm-ID.out`` as the templates write it."""
+    if info is not None and info.stdout and info.stdout not in ("(null)", ""):
+        return Path(info.stdout.replace("%j", job_id))
+    return Path(run_dir or "runs") / f"slurm-{job_id}.out"
+
+
+def log_path(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Path:
+    job_id = job_id_of(job_id)
+    info = None
+    if run_dir is None:
+        try:
+            info = job_info(job_id, env=env)
+        except TutorialError:
+            info = None
+    return _where(job_id, info, run_dir)
+
+
+def read_log(job_id, run_dir: Optional[str] = None, tail: Optional[int] = None,
+             env: Optional[Mapping[str, str]] = None) -> str:
+    """The job's log (the last ``tail`` lines when given)."""
+    path = log_path(job_id, run_dir, env=env)
+    if not path.is_file():
+        raise TutorialError("slurm.no_log", job_id=job_id_of(job_id), path=str(path))
+    text = path.read_text(errors="replace")
+    if tail:
+        text = "\n".join(text.splitlines()[-tail:]) + "\n"
+    return text
+
+
+def result_path(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where the templates make training write its JSON result: ``RUN_DIR/result-ID.json``."""
+    job_id = job_id_of(job_id)
+    return log_path(job_id, run_dir, env=env).parent / f"result-{job_id}.json"
+
+
+def checkpoint_dir(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Path:
+    job_id = job_id_of(job_id)
+    return log_path(job_id, run_dir, env=env).parent / f"checkpoint-{job_id}"
+
+
+def read_result(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> dict:
+    """The training's JSON result of the job (world size, losses, accuracy …)."""
+    path = result_path(job_id, run_dir, env=env)
+    if not path.is_file():
+        raise TutorialError("slurm.no_result", job_id=job_id_of(job_id), path=str(path))
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise TutorialError("slurm.bad_result", path=str(path), detail=str(error)) from None

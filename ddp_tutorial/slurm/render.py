@@ -1,0 +1,228 @@
+"""Building the job script: a template from ``slurm/`` with its gaps filled in one pass.
+
+The templates are ordinary sbatch scripts with gaps that :func:`render` fills:
+
+* ``{{sbatch}}``   — the ``#SBATCH`` lines (nodes, tasks, GPUs, CPUs, time, logs …);
+* ``{{settings}}`` — shell variables (interpreter, run directory, training options or your script);
+* ``{{setup}}``    — the environment set-up (``module load``, conda or venv activation);
+* ``{{program}}``  — what each process runs: the package's training, or your own script
+  (per-gpu and torchrun templates).
+
+Every gap is filled in **one pass** over the template: a generated line is never scanned
+again, so a value that looks like a gap stays text (and :func:`~.spec.validate` refuses such
+values anyway). Every user value is shell-quoted exactly once (:func:`shlex.quote`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Dict, List
+
+from ..atomic import write_text
+from ..i18n import TutorialError
+from .spec import TEMPLATES, JobSpec, validate
+
+#: ipyparallel engines on an allocation, one per GPU (ddp_tutorial.ipp.start_slurm); not a training job.
+ENGINES_TEMPLATE = "ipengines.sbatch"
+GAP = re.compile(r"\{\{([a-z]+)\}\}")
+
+q = shlex.quote  # 'it'"'"'s' — the shell reads the value back exactly, never runs it
+
+
+def _template_dir() -> Path:
+    """The templates: the repository's ``slurm/`` folder in a checkout (or editable install),
+    ``ddp_tutorial/sbatch`` in an installed wheel (pyproject.toml maps one onto the other)."""
+    package = Path(__file__).resolve().parent.parent
+    checkout = package.parent / "slurm"
+    return checkout if (checkout / "seed.sbatch").is_file() else package / "sbatch"
+
+
+TEMPLATE_DIR = _template_dir()
+
+
+def template_text(name: str) -> str:
+    if name not in TEMPLATES and name != "ipengines":
+        raise TutorialError("slurm.unknown_template", name=name, choices=", ".join(TEMPLATES))
+    path = TEMPLATE_DIR / TEMPLATES.get(name, ENGINES_TEMPLATE)
+    if not path.is_file():
+        raise TutorialError("slurm.template_missing", path=str(path))
+    return path.read_text()
+
+
+def fill(text: str, gaps: Dict[str, str], escape: Callable[[str], str] = str,
+         raw: Dict[str, str] = None) -> str:
+    """Replace every ``{{name}}`` of ``text`` in one pass. ``escape`` is applied to the template's
+    own text and to ``gaps``' values, never to ``raw``'s. A gap the template has but we do not
+    fill means a broken template: a clear error, not a script with a hole."""
+    raw = raw or {}
+    out, last = [], 0
+    for m in GAP.finditer(text):
+        name = m.group(1)
+        if name in raw:
+            value = raw[name]
+        elif name in gaps:
+            value = escape(gaps[name])
+        else:
+            raise TutorialError("slurm.template_gap", gap=m.group(0))
+        out += [escape(text[last:m.start()]), value]
+        last = m.end()
+    out.append(escape(text[last:]))
+    return "".join(out)
+
+
+def _run_dir(spec: JobSpec) -> str:
+    return spec.run_dir.rstrip("/") or "/"
+
+
+def _sbatch_lines(spec: JobSpec) -> List[str]:
+    lines = [
+        ("--job-name", spec.job_name, "name shown by squeue"),
+        ("--account", spec.account, "whose allocation pays for the job"),
+        ("--partition", spec.partition, "which group of nodes"),
+        ("--qos", spec.qos, "quality of service"),
+        ("--nodes", spec.nodes, "number of nodes"),
+        ("--ntasks-per-node", spec.tasks_per_node,
+         "SLURM tasks per node: one per GPU" if spec.template == "per-gpu" else "one launcher per node"),
+        ("--gres", f"gpu:{spec.gpus_per_node}" if spec.gpus_per_node else None, "GPUs per node"),
+        ("--cpus-per-task", spec.cpus_per_task, "cores for each task"),
+        ("--time", spec.time, "time limit (the job is stopped after it)"),
+        ("--chdir", spec.workdir, "working directory of the job"),
+        ("--output", f"{_run_dir(spec)}/slurm-%j.out", "log file (%j = job id; stderr goes here too)"),
+        ("--signal", f"B:USR1@{spec.signal_seconds}" if spec.signal_seconds else None,
+         "SIGUSR1 to this script that many seconds before the time limit"),
+        ("--requeue", True if spec.requeue else None, "the job may be put back in the queue"),
+        ("--open-mode", "append" if spec.requeue else None, "a requeued run appends to the same log"),
+    ]
+    out = []
+    for option, value, comment in lines:
+        if value is None:
+            continue
+        text = option if value is True else f"{option}={value}"
+        out.append(f"#SBATCH {text:<34} # {comment}")
+    return out
+
+
+def _training_args(spec: JobSpec) -> List[str]:
+    args: List[str] = []
+    for option, value in (("--dataset", spec.dataset), ("--root", spec.root), ("--epochs", spec.epochs),
+                          ("--batch-size", spec.batch_size), ("--lr", spec.lr), ("--seed", spec.seed)):
+        if value is not None:
+            args += [option, str(value)]
+    args += ["--device", "cuda" if spec.gpus_per_node else "cpu", "--threads", str(spec.cpus_per_process)]
+    args += list(spec.train_args)
+    return args
+
+
+def _nccl_lines(spec: JobSpec) -> List[str]:
+    """GPU jobs: NCCL's diagnostics at a quiet level and asynchronous error handling, unless set."""
+    if not spec.gpus_per_node:
+        return []
+    return [
+        "# NCCL: WARN is quiet; set NCCL_DEBUG=INFO for a first multi-node run (see slurm/README.md)",
+        'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
+        "# a failed or stuck collective ends the process (an error) instead of hanging until the time limit",
+        'export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"',
+    ]
+
+
+def _settings_lines(spec: JobSpec) -> List[str]:
+    per_node = "one per GPU" if spec.gpus_per_node else "CPU processes"
+    pairs = [
+        (f"PYTHON={q(spec.python)}", "the interpreter"),
+        (f"RUN_DIR={q(_run_dir(spec))}", "logs, results (JSON) and checkpoints"),
+        (f"NPROC_PER_NODE={spec.processes_per_node}", f"processes per node ({per_node})"),
+    ]
+    if spec.script is not None:
+        pairs += [(f"SCRIPT={q(spec.script)}", "your DDP script, run by every process"),
+                  ("SCRIPT_ARGS=(" + " ".join(q(a) for a in spec.script_argv) + ")", "its arguments")]
+    else:
+        pairs.append(("TRAIN_ARGS=(" + " ".join(q(a) for a in _training_args(spec)) + ")", "training options"))
+    pairs += [
+        (f"REQUEUE={1 if spec.requeue else 0}", "1: requeue after a checkpoint-and-stop (exit 75)"),
+        (f"export OMP_NUM_THREADS={spec.cpus_per_process}", "threads per process"),
+        ("export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}", "waiting threads sleep (shared nodes)"),
+    ]
+    width = max(len(code) for code, _ in pairs if len(code) <= 48)
+    lines = [f"{code:<{width}}  # {comment}" if len(code) <= 48 else f"# {comment}\n{code}"
+             for code, comment in pairs]
+    lines += _nccl_lines(spec)
+    lines += [f"export {key}={q(value)}" for key, value in spec.env]
+    return lines
+
+
+def _setup_lines(spec: JobSpec) -> List[str]:
+    lines: List[str] = []
+    if spec.modules:
+        lines.append("module purge")
+        lines += [f"module load {q(m)}" for m in spec.modules]
+    if spec.conda:
+        lines.append(f"source {q(spec.conda.rstrip('/') + '/etc/profile.d/conda.sh')}")
+        lines.append(f"conda activate {q(spec.conda_env)}")
+    if spec.venv:
+        lines.append(f"source {q(spec.venv.rstrip('/') + '/bin/activate')}")
+    if not lines:
+        lines.append("# (nothing to set up: the job uses the environment it was submitted from)")
+    return lines
+
+
+# What each process runs (the {{program}} gap), by template: the package's training, or your script.
+_TRAINING = '"${TRAIN_ARGS[@]}" --json "$RESULT" --checkpoint-dir "$CHECKPOINTS" "${RESUME[@]}"'
+PROGRAMS = {
+    ("per-gpu", False): '"$PYTHON" -m ddp_tutorial.train \\\n    ' + _TRAINING,
+    ("torchrun", False): "-m ddp_tutorial.train \\\n    " + _TRAINING,
+    # srun sets SLURM_PROCID etc. per task; a DDP script expects the torchrun names: export them
+    # inside each task (single quotes: expanded by the task's shell, not by this script).
+    ("per-gpu", True): ("bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"
+                        " LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec \"$@\"' rank-env \\\n"
+                        '    "$PYTHON" "$SCRIPT" "${SCRIPT_ARGS[@]}"'),
+    # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT itself.
+    ("torchrun", True): '"$SCRIPT" "${SCRIPT_ARGS[@]}"',
+}
+
+
+def render(spec: JobSpec) -> str:
+    """The sbatch script for ``spec`` (validated first)."""
+    validate(spec)
+    gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(_settings_lines(spec)),
+            "setup": "\n".join(_setup_lines(spec))}
+    if spec.template in ("per-gpu", "torchrun"):
+        gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
+    return fill(template_text(spec.template), gaps)
+
+
+def _double_braces(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}") -> str:
+    """The sbatch script that starts one ipyparallel engine per SLURM task (``slurm/ipengines.sbatch``).
+
+    ``spec`` gives the allocation (nodes, GPUs or CPU processes per node, cores, time, account,
+    set-up); its training fields are not used. The result is a template for ipyparallel's
+    ``SlurmEngineSetLauncher``, which fills it with :meth:`str.format`-like rules: every brace of
+    ours is doubled, so only ``engine_command`` (by default ipyparallel's ``{program_and_args}``)
+    is left for it to fill, and a value such as ``${HOME}`` in an exported variable reaches the
+    script as written.
+    """
+    spec = replace(spec, template="per-gpu")  # one task per GPU / CPU process, like per-gpu
+    validate(spec)
+    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # threads per engine (its training process)",
+                "export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # waiting threads sleep (shared nodes)"]
+    settings += _nccl_lines(spec)
+    settings += [f"export {key}={q(value)}" for key, value in spec.env]
+    gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(settings),
+            "setup": "\n".join(_setup_lines(spec))}
+    return fill(template_text("ipengines"), gaps, escape=_double_braces, raw={"engines": engine_command})
+
+
+def write_script(text: str, path: os.PathLike | str) -> Path:
+    """Write a rendered script (executable, atomically) and return its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, text)
+    path.chmod(0o755)
+    return path

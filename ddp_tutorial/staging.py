@@ -1,0 +1,438 @@
+"""Staging the data: put the four IDX files where torchvision looks, once, before training.
+
+The seed tutorial lets every training process call ``MNIST(root, download=True)``. That breaks
+on a cluster twice over: compute nodes usually have no internet, and several processes
+downloading into the same folder at once can leave half-written files behind. So staging is its
+own step, run once (on a cluster: on the login node):
+
+* :func:`prepare` downloads the data with torchvision, or imports the four IDX files from a
+  directory (``--from``; e.g. Debian's ``/usr/share/datasets/fashion-mnist``), into
+  ``ROOT/<MNIST|FashionMNIST>/raw/``. It holds a lock while it works, checks every source before
+  it writes anything, and writes through :mod:`ddp_tutorial.atomic` (temporary file, fsync,
+  rename), so a reader never sees half a file; temporary files left by a killed ``prepare`` are
+  removed by the next one.
+* :func:`check` validates the staged files cheaply (header and size; labels read in full, 60 kB).
+  :func:`ddp_tutorial.data.load` calls it before reading.
+
+The IDX format (http://yann.lecun.com/exdb/mnist/):
+
+* images: big-endian ``magic=2051, count, rows=28, cols=28``, then ``count*28*28`` bytes;
+* labels: big-endian ``magic=2049, count``, then ``count`` bytes (0…9).
+
+This module does not import torch (torchvision only inside the download), so
+``ddp-tutorial data check`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import gzip
+import os
+import shlex
+import shutil
+import socket
+import stat
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Iterator, Optional, Tuple
+
+from . import atomic
+from .datasets import FOLDERS, NAMES, default_dataset, default_root
+from .i18n import TutorialError, t
+
+IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
+IMAGE_HEADER, LABEL_HEADER = 16, 8  # bytes: four and two big-endian uint32
+HEIGHT = WIDTH = 28
+NUM_CLASSES = 10
+DOWNLOAD_TIMEOUT_S = 30  # a silent mirror must not hang `prepare` forever
+SPLITS = ("train", "t10k")
+
+# The published sizes of both data sets (MNIST and Fashion-MNIST share them). Smaller sets are
+# accepted (tests, subsets), but never an empty split, and never a split holding the other's size.
+FULL_COUNTS = {"train": 60000, "t10k": 10000}
+
+# What can be checked of the content, cheaply: the first 20 labels of each split of a full-size
+# file. Fashion-MNIST's were read from Debian's dataset-fashion-mnist files; MNIST's are the
+# well-known opening of its label files (train: 5 0 4 1 9 …, test: 7 2 1 0 4 …). They tell the
+# two data sets apart (Fashion-MNIST imported as --dataset mnist, or the reverse) and catch
+# train/t10k swapped. Sets of another size are not fingerprinted.
+FIRST_LABELS = {
+    "fashion-mnist": {"train": bytes([9, 0, 0, 3, 0, 2, 7, 2, 5, 5, 0, 9, 5, 5, 7, 9, 1, 0, 6, 4]),
+                      "t10k": bytes([9, 2, 1, 1, 6, 1, 4, 6, 5, 7, 4, 5, 7, 3, 4, 1, 2, 4, 8, 0])},
+    "mnist": {"train": bytes([5, 0, 4, 1, 9, 2, 1, 3, 1, 4, 3, 5, 3, 6, 1, 7, 2, 8, 6, 9]),
+              "t10k": bytes([7, 2, 1, 0, 4, 1, 4, 9, 5, 9, 0, 6, 9, 0, 1, 5, 9, 7, 3, 4])},
+}
+FINGERPRINT = 20
+
+# "the disk is full" in its three forms: no space, over quota, over the file-size limit.
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def check_name(dataset: str) -> str:
+    """``dataset`` if it is a known name, else a :class:`TutorialError`."""
+    if dataset not in FOLDERS:
+        raise TutorialError("data.unknown_dataset", name=dataset, valid=", ".join(NAMES))
+    return dataset
+
+
+def raw_folder(dataset: str, root: Path) -> Path:
+    """Where torchvision reads the files: ``ROOT/<class name>/raw``."""
+    return Path(root).expanduser() / FOLDERS[check_name(dataset)] / "raw"
+
+
+def file_names(split: str) -> Tuple[str, str]:
+    """The image and label file names of ``split`` (``train`` or ``t10k``)."""
+    return f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte"
+
+
+ALL_FILES = file_names("train") + file_names("t10k")
+
+
+def prepare_command(dataset: str, root: Path, from_dir: Optional[str] = None) -> str:
+    """The exact command that stages ``dataset`` in ``root`` (shown in error messages)."""
+    command = f"ddp-tutorial data prepare --dataset {dataset} --root {shlex.quote(str(root))}"
+    return command + (f" --from {shlex.quote(str(from_dir))}" if from_dir else "")
+
+
+# --------------------------------------------------------------------------------------
+# Checking one file: header, size and (labels) content, from a staged file or a .gz source.
+# ``fix`` is the command the error message tells the user to run.
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class Inspected:
+    head: bytes        # the first (up to) 16 bytes
+    size: int          # the (decompressed) size in bytes
+    body: bytes        # label files: every byte after the header; image files: b""
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def inspect(path: Path, labels: bool) -> Inspected:
+    """Read what the checks need: a plain file costs a header read and a ``stat`` (labels: 60 kB);
+    a ``.gz`` source is decompressed once, as a stream."""
+    try:
+        with _open(path) as f:
+            head = f.read(IMAGE_HEADER)
+            if path.suffix != ".gz":
+                body = head[LABEL_HEADER:] + f.read() if labels else b""
+                return Inspected(head, os.fstat(f.fileno()).st_size, body)
+            size, chunks = len(head), [head[LABEL_HEADER:]] if labels else []
+            while chunk := f.read(1 << 20):
+                size += len(chunk)
+                if labels:
+                    chunks.append(chunk)
+            return Inspected(head, size, b"".join(chunks))
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise TutorialError("data.bad_gzip", path=path, reason=error) from None
+    except OSError as error:  # unreadable: permissions, a folder in its place, an I/O error
+        raise TutorialError("data.unreadable", path=path, why=error.strerror or error) from None
+
+
+def _check_file(path: Path, labels: bool, fix: str) -> Tuple[int, bytes]:
+    """Validate one IDX file; return (count, label bytes or b"")."""
+    info = inspect(path, labels)
+    header = LABEL_HEADER if labels else IMAGE_HEADER
+    if len(info.head) < header:
+        raise TutorialError("data.too_short", path=path, size=len(info.head), command=fix)
+    values = struct.unpack(f">{header // 4}I", info.head[:header])
+    magic, count = values[0], values[1]
+    expected_magic = LABEL_MAGIC if labels else IMAGE_MAGIC
+    if magic != expected_magic:
+        raise TutorialError("data.bad_magic", path=path, magic=magic, expected=expected_magic, command=fix)
+    if not labels and tuple(values[2:]) != (HEIGHT, WIDTH):
+        raise TutorialError("data.bad_shape", path=path, rows=values[2], cols=values[3], command=fix)
+    expected = header + count * (1 if labels else HEIGHT * WIDTH)
+    if info.size != expected:
+        raise TutorialError("data.bad_size", path=path, count=count, expected=expected, actual=info.size,
+                            command=fix)
+    if count == 0:  # a header-only file: torchvision would fail later with an obscure error
+        raise TutorialError("data.empty", path=path, command=fix)
+    if labels and max(info.body) >= NUM_CLASSES:
+        raise TutorialError("data.bad_label", path=path, label=max(info.body), command=fix)
+    return count, info.body
+
+
+def check_images(path: Path, fix: str) -> int:
+    """Validate an IDX image file; return its number of images."""
+    return _check_file(Path(path), False, fix)[0]
+
+
+def check_labels(path: Path, fix: str) -> int:
+    """Validate an IDX label file (header, size, every label < 10); return its count."""
+    return _check_file(Path(path), True, fix)[0]
+
+
+def check_split(dataset: str, split: str, images: Path, labels: Path, fix: str) -> int:
+    """Validate one split (an image file and its label file, staged or sources); return its size."""
+    n_images = check_images(images, fix)
+    n_labels, body = _check_file(Path(labels), True, fix)
+    if n_images != n_labels:
+        raise TutorialError("data.count_mismatch", images=images, labels=labels, n_images=n_images,
+                            n_labels=n_labels, command=fix)
+    other = "t10k" if split == "train" else "train"
+    if n_images == FULL_COUNTS[other]:  # 10000 "train" images, 60000 "test" images
+        raise TutorialError("data.swapped", path=images, split=split, count=n_images,
+                            expected=FULL_COUNTS[split], command=fix)
+    if n_images == FULL_COUNTS[split]:
+        first = body[:FINGERPRINT]
+        for name, known in FIRST_LABELS.items():
+            if name != dataset and first == known[split]:
+                raise TutorialError("data.wrong_dataset", path=labels, dataset=dataset, actual=name,
+                                    count=FINGERPRINT, command=fix)
+    return n_images
+
+
+def check(dataset: str, root: Path) -> Tuple[int, int]:
+    """Validate the staged files of ``dataset`` in ``root``; return (train, test) sizes.
+
+    Missing files → a :class:`TutorialError` naming the ``prepare`` command.
+    """
+    folder, command = raw_folder(dataset, root), prepare_command(dataset, root)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(Path(root).expanduser()).st_mode)
+    except FileNotFoundError:
+        is_dir = True  # nothing there yet: "not staged" below says what to run
+    except OSError as error:  # a symlink loop, a folder we may not enter
+        raise _os_error(error, root, Path(root)) from None
+    if not is_dir:
+        raise TutorialError("data.root_not_dir", root=root, path=root)
+    missing = [name for name in ALL_FILES if not (folder / name).is_file()]
+    if missing:
+        raise TutorialError("data.not_staged", dataset=dataset, root=root, missing=", ".join(missing),
+                            command=command)
+    n_train, n_test = (check_split(dataset, split, *(folder / name for name in file_names(split)), command)
+                       for split in SPLITS)
+    return n_train, n_test
+
+
+def _staged(dataset: str, root: Path) -> Optional[Tuple[int, int]]:
+    """(train, test) sizes if everything is staged and valid, else ``None``."""
+    try:
+        return check(dataset, root)
+    except TutorialError:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Staging: a usable root, a lock, checked sources, atomic copies.
+# --------------------------------------------------------------------------------------
+
+def _os_error(error: OSError, root: Path, path: Path) -> TutorialError:
+    """An ``OSError`` met while staging, as a message that says what to do."""
+    why = error.strerror or str(error)
+    if error.errno in FULL_DISK:
+        return TutorialError("data.disk_full", path=path, root=root, why=why)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return TutorialError("data.read_only", root=root, path=path, why=why)
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        return TutorialError("data.root_not_dir", root=root, path=error.filename or path)
+    return TutorialError("data.root_unusable", root=root, path=path, why=why)
+
+
+@contextlib.contextmanager
+def _os_errors(root: Path, path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise _os_error(error, root, path) from None
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path``: one ``prepare`` per root at a time.
+
+    ``on_wait`` is called if another process holds the lock. (``flock`` works across the
+    processes of one machine and, on Linux, on NFS too.)
+    """
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)  # wait for the other process to finish
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def remove_leftovers(folder: Path) -> int:
+    """Delete what a killed ``prepare`` left in ``folder`` (``.*.tmp`` files and download
+    folders); call it only while holding the lock. Returns how many were removed."""
+    removed = 0
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if atomic.is_leftover(path):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _find_source(dataset: str, from_dir: Path, name: str) -> Optional[Path]:
+    """``name`` or ``name.gz`` in ``from_dir`` (or in a torchvision layout under it, e.g. a data
+    root copied from another machine)."""
+    for folder in (from_dir, raw_folder(dataset, from_dir)):
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _copy(source: Path, target: Path) -> None:
+    """``source`` (decompressed if ``.gz``) → ``target``, atomically (mode 0o644 for a shared group)."""
+    def writer(out: IO[bytes]) -> None:
+        with _open(source) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.fchmod(out.fileno(), 0o644)
+    atomic.write_with(target, writer)
+
+
+def _import(dataset: str, root: Path, from_dir: Path) -> None:
+    """Stage the four IDX files found in ``from_dir`` (``.gz`` or not) into ``root``."""
+    sources = {name: _find_source(dataset, from_dir, name) for name in ALL_FILES}
+    missing = [name for name, path in sources.items() if path is None]
+    if missing:
+        raise TutorialError("data.from_missing", from_dir=from_dir, dataset=dataset,
+                            missing=", ".join(missing), files=", ".join(ALL_FILES))
+    # Check the sources before anything is written; errors name the source file.
+    fix = prepare_command(dataset, root, from_dir)
+    for split in SPLITS:
+        images, labels = file_names(split)
+        check_split(dataset, split, sources[images], sources[labels], fix)
+    folder = raw_folder(dataset, root)
+    for name, source in sources.items():
+        with _os_errors(root, folder / name):
+            _copy(source, folder / name)  # readers see the old file or the new one, never half
+
+
+def _download(dataset: str, root: Path) -> None:
+    """Download with torchvision into a scratch folder, then import from there.
+
+    torchvision writes straight into its ``raw/`` folder; a scratch folder (named like a leftover,
+    so a killed download is cleaned by the next ``prepare``) keeps a half-finished download out of
+    the real one.
+    """
+    from urllib.error import URLError
+
+    from torchvision.datasets import MNIST, FashionMNIST  # only here: staging needs no torch otherwise
+
+    classes = {"mnist": MNIST, "fashion-mnist": FashionMNIST}
+    scratch = Path(tempfile.mkdtemp(dir=raw_folder(dataset, root).parent, prefix=".download-",
+                                    suffix=atomic.TMP_SUFFIX))
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        try:
+            classes[dataset](str(scratch), train=True, download=True)
+        except (RuntimeError, URLError, OSError) as error:
+            if isinstance(error, OSError) and error.errno in FULL_DISK:
+                raise _os_error(error, root, scratch) from None
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            raise TutorialError("data.offline", dataset=dataset, reason=lines[-1] if lines else error,
+                                files=", ".join(ALL_FILES),
+                                command=prepare_command(dataset, root, "DIR")) from None
+        _import(dataset, root, raw_folder(dataset, scratch))
+    finally:
+        socket.setdefaulttimeout(previous)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _usable_root(root: Path, folder: Path) -> None:
+    """Create ``folder`` under ``root``, or say clearly why it cannot be (a file in the way, a
+    symlink loop, a read-only or foreign folder)."""
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent  # the nearest part of the path that exists
+    if probe.exists() and not probe.is_dir():
+        raise TutorialError("data.root_not_dir", root=root, path=probe)
+    with _os_errors(root, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+
+
+def prepare(dataset: str, root: Path, from_dir: Optional[Path] = None,
+            download: Optional[bool] = None, verbose: bool = True) -> Path:
+    """Stage ``dataset`` under ``root`` once; return ``root``.
+
+    * already staged and valid → returns at once (safe to call from every job);
+    * ``from_dir`` given → imports the four IDX files (``.gz`` or uncompressed) from it;
+    * otherwise downloads with torchvision, unless ``download=False``.
+
+    Several processes may call it at the same time on the same ``root``: one stages the files,
+    the others wait for the lock and then find them ready.
+    """
+    root, folder = Path(root).expanduser(), raw_folder(dataset, root)
+
+    def say(key: str, **fields: object) -> None:
+        if verbose:
+            print(t(key, dataset=dataset, root=root, **fields), flush=True)
+
+    # Fast path, without the lock: nothing to do (works on a read-only root too).
+    counts = _staged(dataset, root)
+    if counts is None:
+        _usable_root(root, folder)
+        with _os_errors(root, folder), _locked(folder.parent / ".prepare.lock", on_wait=lambda: say("data.waiting")):
+            for place in (folder, folder.parent):
+                if removed := remove_leftovers(place):
+                    say("data.cleaned", count=removed, folder=place)
+            counts = _staged(dataset, root)  # another process may have staged it while we waited
+            if counts is None:
+                if from_dir is not None:
+                    say("data.importing", from_dir=from_dir)
+                    _import(dataset, root, Path(from_dir).expanduser())
+                elif download is False:
+                    check(dataset, root)  # raises "not staged", naming the prepare command
+                else:
+                    say("data.downloading")
+                    _download(dataset, root)
+                train, test = check(dataset, root)
+                say("data.staged", train=train, test=test)
+                return root
+    say("data.already", train=counts[0], test=counts[1])
+    return root
+
+
+# --------------------------------------------------------------------------------------
+# Command line: `ddp-tutorial data prepare|check` (cli.py calls add_cli).
+# --------------------------------------------------------------------------------------
+
+def _cli_prepare(args: argparse.Namespace) -> int:
+    prepare(args.dataset, args.root, from_dir=args.from_dir)
+    return 0
+
+
+def _cli_check(args: argparse.Namespace) -> int:
+    n_train, n_test = check(args.dataset, args.root)
+    print(t("data.check_ok", dataset=args.dataset, root=args.root, train=n_train, test=n_test))
+    return 0
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Add ``data {prepare,check}`` to an argparse ``subparsers`` object.
+
+    Each leaf parser gets ``func``: a callable taking the parsed arguments and returning the exit
+    code (a :class:`TutorialError` propagates to the caller).
+    """
+    parser = subparsers.add_parser("data", help=t("data.cli.data"), description=t("data.cli.data"))
+    commands = parser.add_subparsers(dest="data_command", metavar="{prepare,check}", required=True)
+    for name, func in (("prepare", _cli_prepare), ("check", _cli_check)):
+        help_text = t("data.cli.prepare") if name == "prepare" else t("data.cli.check")
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--dataset", choices=list(NAMES), default=default_dataset(), help=t("data.cli.dataset"))
+        sub.add_argument("--root", type=Path, default=default_root(), help=t("data.cli.root"))
+        if name == "prepare":
+            sub.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help=t("data.cli.from"))
+        sub.set_defaults(func=func)
+    return parser

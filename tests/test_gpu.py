@@ -1,0 +1,179 @@
+"""The wheel/GPU compatibility rule (ddp_tutorial.gpu) on tables: compute capability × driver ×
+variant; the parsers of nvidia-smi and /proc; the report in both languages."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddp_tutorial import gpu
+from ddp_tutorial.i18n import t
+
+REPO = Path(__file__).resolve().parent.parent
+
+P100, V100, T4, A100, L40S, H100, B200, RTX5090 = (6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (12, 0)
+
+
+# (GPUs' compute capabilities, driver, the wheel's CUDA, its arch list or None) → (status, advised variant)
+TABLE = [
+    # the PyPI wheel (cu130) on TRUBA's partitions, recent driver
+    ([P100, P100], "580.65.06", "13.0", None, "no_kernels", "cu126"),         # barbun-cuda
+    ([V100] * 4, "580.65.06", "13.0", None, "no_kernels", "cu126"),           # akya-cuda
+    ([A100] * 8, "580.65.06", "13.0", None, "ok", None),                       # palamut-cuda
+    ([H100] * 4, "580.65.06", "13.0", None, "ok", None),                       # kolyoz-cuda
+    ([L40S], "580.65.06", "13.0", None, "ok", None),                           # sm_86 code runs on 8.9
+    ([RTX5090], "580.65.06", "13.0", None, "ok", None),
+    ([T4], "590.1", "13.0", None, "ok", None),
+    # the same wheel, an older driver: torch sees no GPU at all
+    ([A100], "570.124.06", "13.0", None, "driver_too_old", "cu128"),
+    ([A100], "550.54.15", "13.0", None, "driver_too_old", "cu128"),           # 12.8 with minor-version compatibility
+    ([V100], "550.54.15", "13.0", None, "driver_too_old", "cu126"),
+    ([A100], "470.82.01", "13.0", None, "driver_too_old", None),              # nothing in the table fits
+    # the cu126 build: P100/V100 fine, Blackwell not
+    ([P100], "535.104.05", "12.6", None, "ok", None),
+    ([V100], "560.35.03", "12.6", None, "ok", None),
+    ([B200], "580.65.06", "12.6", None, "no_kernels", "cu130"),
+    ([RTX5090], "570.10", "12.6", None, "no_kernels", "cu128"),
+    # the cu128 build
+    ([V100], "570.10", "12.8", None, "no_kernels", "cu126"),
+    ([H100], "570.10", "12.8", None, "ok", None),
+    # a CPU-only torch
+    ([], None, None, None, "cpu_build", None),
+    ([A100], "570.10", None, None, "cpu_build_on_gpu_node", "cu128"),
+    ([V100], "580.1", None, None, "cpu_build_on_gpu_node", "cu126"),
+    # a CUDA torch on a login node
+    ([], None, "13.0", None, "no_gpu", None),
+    # torch's own arch list wins over the table
+    ([V100], "580.1", "13.0", ["sm_70", "sm_75", "sm_80"], "ok", None),
+    ([A100], "580.1", "13.0", ["sm_90a"], "no_kernels", "cu130"),              # arch-specific code: 9.0 only
+    ([H100], "580.1", "13.0", ["sm_80", "compute_80"], "ok", None),            # PTX is compiled for newer GPUs
+    # a mixed node: the advice must fit all GPUs
+    ([V100, A100], "580.1", "13.0", None, "no_kernels", "cu126"),
+    # a build outside the table: its CUDA major's minimum driver
+    ([A100], "510.1", "12.4", None, "driver_too_old", None),
+    ([A100], "530.1", "12.4", ["sm_80"], "ok", None),
+]
+
+
+@pytest.mark.parametrize("caps,driver,cuda,arch,status,variant", TABLE)
+def test_the_compatibility_rule(caps, driver, cuda, arch, status, variant):
+    verdict = gpu.compatibility(caps, driver, cuda, arch)
+    assert (verdict.status, verdict.suggestion) == (status, variant)
+    assert verdict.ok == (status in ("ok", "cpu_build", "no_gpu"))
+    for lang in ("en", "tr"):
+        text = verdict.message(lang)
+        assert text and "{" not in text
+        if variant:
+            assert f"bash scripts/setup.sh --cuda {variant}" in text
+
+
+@pytest.mark.parametrize("caps,arch", [(V100, "sm_70"), (P100, "sm_60")])
+def test_the_p100_v100_message_with_the_pypi_wheel_in_both_languages(caps, arch):
+    verdict = gpu.compatibility([caps], "580.65.06", "13.0", None)
+    en, tr = verdict.message("en"), verdict.message("tr")
+    assert f"This torch (CUDA 13.0) has no kernels for {arch}" in en
+    assert "install the cu126 build: bash scripts/setup.sh --cuda cu126".lower() in en.lower()
+    assert f"Bu torch'ta (CUDA 13.0) {arch} için çekirdek kodu (kernel) yok" in tr
+    assert "cu126 derlemesini kurun: bash scripts/setup.sh --cuda cu126" in tr
+
+
+def test_a_cpu_build_on_a_gpu_node_says_so_not_run_on_a_gpu_node():
+    verdict = gpu.compatibility([A100], "580.1", None)
+    assert "CPU-only torch build on a GPU node" in verdict.message("en")
+    assert "run on a GPU node" not in verdict.message("en")
+    assert "yalnızca CPU için derlenmiş" in verdict.message("tr")
+    assert verdict.error().key == "gpu.verdict_cpu_build_on_gpu_node"
+
+
+@pytest.mark.parametrize("cap,arch_list,runs", [
+    ((8, 6), ["sm_80"], True), ((8, 9), ["sm_86"], True), ((8, 0), ["sm_86"], False),
+    ((9, 0), ["sm_80"], False), ((9, 0), ["sm_80", "compute_80"], True), ((7, 0), ["compute_75"], False),
+    ((9, 0), ["sm_90a"], True), ((9, 1), ["sm_90a"], False), ((10, 0), ["sm_100"], True),
+    ((12, 0), ["sm_100"], False), ((12, 1), ["sm_120"], True), ((6, 1), ["sm_60"], True),
+])
+def test_which_kernels_run_on_which_gpu(cap, arch_list, runs):
+    assert gpu.has_kernels(cap, arch_list) is runs
+
+
+def test_variant_names():
+    assert [gpu.variant_of(v) for v in ("13.0", "12.8", "12.6", None, "")] == ["cu130", "cu128", "cu126", None, None]
+
+
+def test_parsing_nvidia_smi_and_proc():
+    smi = "NVIDIA H200, 9.0, 570.124.06\nNVIDIA H200, 9.0, 570.124.06\n"
+    gpus, driver = gpu.parse_nvidia_smi(smi)
+    assert [(g.name, g.capability) for g in gpus] == [("NVIDIA H200", (9, 0))] * 2 and driver == "570.124.06"
+    gpus, driver = gpu.parse_nvidia_smi("Tesla V100-SXM2-32GB, 7.0, 535.104.05\n")
+    assert gpus[0].capability == (7, 0) and driver == "535.104.05"
+    gpus, _ = gpu.parse_nvidia_smi("Tesla P100-PCIE-16GB, [N/A], 470.82.01\n")  # an old nvidia-smi
+    assert gpus[0].capability is None
+    assert gpu.parse_nvidia_smi("") == ([], None)
+    proc = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert gpu.parse_proc_version(proc) == "550.54.15"
+    assert gpu.parse_proc_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release "
+                                  "Build\n") == "570.86.15"
+    assert gpu.parse_proc_version("nothing") is None
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_the_report_on_this_machine(lang):
+    report = gpu.report(lang)
+    import torch
+    assert torch.__version__ in report
+    gpus, driver, _ = gpu.node_facts()
+    if not gpus:  # this machine: no GPU, and the report says so plainly
+        assert t("gpu.report_no_gpu", lang) in report
+    for g in gpus:
+        assert g.name in report
+    if torch.version.cuda:
+        assert t("gpu.build_cuda", lang, cuda=torch.version.cuda) in report
+
+
+def test_ddp_tutorial_env_prints_the_check_and_the_json():
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.cli", "env"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "torch " in done.stdout and '"world_size": 1' in done.stdout
+
+
+def _fake_nvidia_smi(folder: Path, line: str) -> dict:
+    """A stand-in nvidia-smi on PATH printing what the real one prints on a GPU node."""
+    tool = folder / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\nprintf '%s\\n' '{line}'\nprintf '%s\\n' '{line}'\n")
+    tool.chmod(0o755)
+    import os
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+CHOOSE = """
+from ddp_tutorial.distributed import choose_device, resolve_environment
+from ddp_tutorial.i18n import TutorialError
+try:
+    print("DEVICE", choose_device("{requested}", resolve_environment(environ={{}})))
+except TutorialError as error:
+    print("ERROR", error.key, error)
+"""
+
+
+def test_asking_for_gpus_on_a_node_this_torch_cannot_use_says_why(tmp_path):
+    import torch
+    if torch.cuda.is_available() or not torch.version.cuda:
+        pytest.skip("needs a CUDA build of torch that sees no GPU (this machine)")
+    env = {**_fake_nvidia_smi(tmp_path, "Tesla V100-SXM2-32GB, 7.0, 535.104.05"), "DDP_TUTORIAL_LANG": "en"}
+    done = subprocess.run([sys.executable, "-c", CHOOSE.format(requested="cuda")], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+    # The driver 535 is older than this cu130 wheel needs: the advice is the build that fits driver and GPU.
+    assert "ERROR gpu.verdict_driver_too_old" in done.stdout, done.stdout + done.stderr
+    assert "535.104.05" in done.stdout and "bash scripts/setup.sh --cuda cu126" in done.stdout
+    env["DDP_TUTORIAL_LANG"] = lang = "tr"
+    done = subprocess.run([sys.executable, "-c", CHOOSE.format(requested="auto")], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+    assert "DEVICE cpu" in done.stdout, done.stdout + done.stderr   # auto: the CPU, but not silently
+    assert "bash scripts/setup.sh --cuda cu126" in done.stderr and "sürücü" in done.stderr, done.stderr
+    report = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu"], capture_output=True, text=True,
+                            timeout=120, cwd=REPO, env=env)
+    assert report.returncode == 1
+    assert t("gpu.report_gpu", lang, index=1, name="Tesla V100-SXM2-32GB", capability="7.0") in report.stdout
+    assert t("gpu.report_driver", lang, driver="535.104.05", source="nvidia-smi") in report.stdout

@@ -1,0 +1,157 @@
+"""The notebook's engines in a REAL Jupyter kernel (jupyter_client's KernelManager, as JupyterLab
+uses it): engines die with the kernel — shut down, restarted or SIGKILLed — and the kernel shows
+live progress while engines start and while ``ipp.train`` runs.
+
+Each test starts its own kernel; every process the kernel started (engines, nannies, the
+controller, the watchdog) is found by PID as the kernel's descendants and must be gone within
+10 s of the kernel's end.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+
+REPO = Path(__file__).resolve().parents[1]
+GONE_WITHIN = 10.0  # seconds
+
+
+def start_kernel(tmp_path, **env):
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    kernel_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    km.start_kernel(cwd=str(tmp_path), env=kernel_env)
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    return km, kc
+
+
+def execute(kc, code, timeout=240):
+    """Run ``code`` in the kernel; returns [(seconds since the request, iopub message)] up to idle."""
+    began = time.monotonic()
+    seen = []
+    reply = kc.execute_interactive(code, timeout=timeout,
+                                   output_hook=lambda msg: seen.append((time.monotonic() - began, msg)))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return seen
+
+
+def stdout_of(seen):
+    return "".join(m["content"]["text"] for _, m in seen
+                   if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+
+
+def kernel_processes(km):
+    """The kernel and all it started, as psutil handles (they remember their start time)."""
+    kernel = psutil.Process(km.provisioner.pid)
+    return kernel, kernel.children(recursive=True)
+
+
+def running(processes):
+    left = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def seconds_until_gone(processes, limit=60.0):
+    began = time.monotonic()
+    while running(processes) and time.monotonic() - began < limit:
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+START_TWO = ("from ddp_tutorial import ipp\n"
+             "engines = ipp.start(2)\n"
+             "import json\n"
+             "print('PIDS', json.dumps(engines.pids + [engines.cluster.controller.pid]))\n")
+
+
+def kernel_with_two_engines(tmp_path):
+    km, kc = start_kernel(tmp_path, CI="true")
+    seen = execute(kc, START_TWO)
+    pids = json.loads(stdout_of(seen).split("PIDS", 1)[1].strip().splitlines()[0])
+    kernel, descendants = kernel_processes(km)
+    assert set(pids) <= {p.pid for p in descendants}, (pids, descendants)
+    assert len(descendants) >= 4  # two engines (+ nannies), the controller, the watchdog
+    return km, kc, kernel, descendants
+
+
+@pytest.mark.parametrize("how", ["shutdown", "restart", "sigkill"])
+def test_engines_die_with_the_kernel(tmp_path, how, capsys):
+    km, kc, kernel, descendants = kernel_with_two_engines(tmp_path)
+    try:
+        began = time.monotonic()
+        if how == "shutdown":
+            km.shutdown_kernel(now=False)  # JupyterLab's Kernel → Shut Down Kernel
+        elif how == "restart":
+            km.restart_kernel(now=False)   # Kernel → Restart Kernel
+        else:
+            os.kill(kernel.pid, signal.SIGKILL)  # no handler of the kernel runs
+        gone = seconds_until_gone(descendants + ([kernel] if how != "restart" else []), limit=60)
+        total = time.monotonic() - began
+        left = running(descendants)
+        with capsys.disabled():
+            print(f"\n[{how}] every engine, nanny, controller gone {total:.1f} s after the request "
+                  f"({gone:.1f} s of waiting)", file=sys.stderr)
+        assert not left, f"{how}: processes left behind: {[(p.pid, p.name()) for p in left]}"
+        assert total < GONE_WITHIN, f"{how}: took {total:.1f} s"
+        if how == "restart":  # the new kernel works and starts fresh engines
+            kc.wait_for_ready(timeout=120)
+            execute(kc, "from ddp_tutorial import ipp\nprint(ipp.current())\n")
+    finally:
+        kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+        for p in running(descendants):  # never leave anything, whatever the outcome
+            p.kill()
+
+
+def test_a_live_kernel_shows_progress_while_engines_start_and_train_runs(tmp_path, mnist_root):
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path), env={**env, "PYTHONPATH": str(REPO)})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        # Engine start: the count line is shown at once and updated in place while it runs.
+        seen = execute(kc, "from ddp_tutorial import ipp\nengines = ipp.start(2)\n")
+        end = seen[-1][0]
+        shown = [(at, m) for at, m in seen if m["msg_type"] in ("display_data", "update_display_data")
+                 and "engines registered" in m["content"]["data"].get("text/plain", "")]
+        assert shown and shown[0][1]["msg_type"] == "display_data", seen
+        assert any(m["msg_type"] == "update_display_data" for _, m in shown)
+        assert shown[0][0] < end - 1.0, "the count appeared only at the end"
+        assert shown[-1][1]["content"]["data"]["text/plain"] == "engines registered: 2/2"  # stored: no timing
+
+        # Training: rank 0's lines and a progress widget arrive while the cell runs.
+        code = ("from ddp_tutorial.config import TrainConfig\n"
+                f"results = ipp.train(TrainConfig(dataset='mnist', root={str(mnist_root)!r}, epochs=4,"
+                " threads=1, batch_size=8), n=2, keep=True)\n"
+                "print('ACC', results[0].test_accuracy)\n")
+        seen = execute(kc, code)
+        end = seen[-1][0]
+        lines = [at for at, m in seen if m["msg_type"] == "stream" and "loss at rank 0 is" in m["content"]["text"]]
+        widgets = [at for at, m in seen if m["msg_type"] == "display_data"
+                   and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+        assert "loss at rank 1 is" not in stdout_of(seen) and "ACC" in stdout_of(seen)
+        timeline = [(round(at, 2), m["msg_type"]) for at, m in seen]
+        assert len(lines) >= 2 and lines[0] < end - 1.0, timeline  # streamed, not only at the end
+        assert len(widgets) == 4, timeline  # one bar per epoch, drawn by ipywidgets (tqdm.auto)
+        assert widgets[0] < lines[0] and widgets[-1] < end - 0.5
+        execute(kc, "ipp.stop()\n")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

@@ -1,0 +1,38 @@
+"""The thread policy of training processes (ddp_tutorial.threads)."""
+
+import os
+import subprocess
+import sys
+
+from ddp_tutorial import threads
+
+
+def test_threads_share_the_usable_cores_and_an_explicit_count_wins():
+    cores = threads.available_cores()
+    assert threads.threads_for(1) == cores
+    assert threads.threads_for(cores) == 1
+    assert threads.threads_for(4 * cores) == 1  # never 0
+    assert threads.threads_for(1, requested=3) == 3
+
+
+def test_passive_openmp_is_preferred_and_a_users_policy_wins():
+    env = {}
+    threads.prefer_passive_openmp(env)
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    threads.prefer_passive_openmp(env)
+    assert env["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_a_launcher_that_prefers_it_passes_it_to_children_before_they_import_torch():
+    code = ("import os, subprocess, sys\n"
+            "from ddp_tutorial import threads\n"
+            "applies = threads.prefer_passive_openmp()\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ[\"OMP_WAIT_POLICY\"])'],\n"
+            "                       capture_output=True, text=True, check=True)\n"
+            "print(applies, child.stdout.strip())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # ddp_tutorial.threads imports no torch, so it applies to the launcher itself too
+    assert done.stdout.split() == ["True", "PASSIVE"]
