@@ -30,6 +30,7 @@ from .argtext import ARGPARSE_WORDS, argparse_in_user_language  # noqa: F401 (re
 # --------------------------------------------------------------------------------------
 
 def _train(args) -> int:
+    prefer_passive_openmp()  # on a busy machine; before torch is imported, the training processes inherit it
     from .config import config_from_args
     from .spawn import launch
     return launch(config_from_args(args), args.nproc_per_node, 1, 0)
@@ -97,7 +98,6 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    prefer_passive_openmp()  # before anything imports torch; the training processes inherit it
     command = chosen_command(argv)
     with argparse_in_user_language():
         parser = build_parser(only=command if command in COMMANDS else "")

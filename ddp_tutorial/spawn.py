@@ -138,7 +138,7 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     processes only lost contact with a failed rank elsewhere, or were aborted by NCCL's watchdog).
     """
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
-    prefer_passive_openmp()  # the children import torch afresh: their OpenMP threads sleep while waiting
+    prefer_passive_openmp()  # on a busy machine the children's OpenMP threads sleep while waiting
     context = mp.get_context("spawn")  # fresh interpreters: safe with CUDA, same on every OS
     children: List[mp.Process] = []
     for local_rank in range(nprocs):

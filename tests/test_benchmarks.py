@@ -161,8 +161,13 @@ def test_notebook_shows_the_benchmarks_recorded_figure(prefix):
     assert "from ddp_tutorial import figures" in cell
     assert "sys.path" not in cell and "benchmarks" not in cell  # the installed package, no path patching
     # …and the stored notebooks show the figure (a PNG in that cell's output) in both languages.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("notebook_build", REPO / "notebooks" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
     for lang in ("en", "tr"):
         (path,) = (REPO / "notebooks" / lang).glob(f"{prefix}_*.ipynb")
-        stored = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source == cell]
+        wanted = build.localize(cell.strip("\n"), lang)  # comments and text in the notebook's language
+        stored = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source == wanted]
         assert stored and any("image/png" in o.get("data", {}) for o in stored[0].outputs), \
             f"{lang}/{path.name}: no recorded figure in the stored outputs; run notebooks/build.py --execute {prefix}"

@@ -44,7 +44,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 ENGINE_WORDS = ("ipengine", "ipcontroller", "ipyparallel")
 MARKER = "DDP_TUTORIAL_BROWSER_TEST"
 # tqdm's line, as a widget's text ("epoch 0: 40% 5/12 [00:01<…") or as text ("40%|####  | 5/12 [00:01<…")
-PROGRESS = re.compile(r"\d+%[^\n]{0,80}?\d+/\d+[\s\u2007]*\[\d+:\d+")
+# tqdm's text form, with timings or without them (the package drops them where CI is set)
+PROGRESS = re.compile(r"\d+%\|[^\n]{0,80}?\|[\s\u2007]*\d+/\d+")
 
 
 def _need(what: str, reason: str):

@@ -34,6 +34,14 @@ def test_the_story_module_meets_ddp_early_and_is_short():
     assert first["init_process_group("] and first["init_process_group("] <= 150, first
     assert first["DistributedDataParallel("] and first["DistributedDataParallel("] <= 150, first
     assert first["set_epoch("] and first["destroy_process_group("], first
+    # what docs/architecture.md says about it is true
+    english = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    turkish = " ".join((REPO / "docs" / "architecture.tr.md").read_text().split())
+    init, ddp = first["init_process_group("], first["DistributedDataParallel("]
+    assert f"({len(lines)} lines; `init_process_group(` at line {init}, `DistributedDataParallel(` at line {ddp})" \
+        in english, "docs/architecture.md states other line numbers for train.py"
+    assert f"({len(lines)} satır; `init_process_group(` {init}. satırda, `DistributedDataParallel(` {ddp}. satırda)" \
+        in turkish, "docs/architecture.tr.md states other line numbers for train.py"
     # the reading order the package states starts with the story module
     doc = importlib.import_module("ddp_tutorial").__doc__
     order = re.findall(r"``([a-z_]+)(?:\.py)?``", doc)

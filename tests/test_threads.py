@@ -15,19 +15,41 @@ def test_threads_share_the_usable_cores_and_an_explicit_count_wins():
     assert threads.threads_for(1, requested=3) == 3
 
 
-def test_passive_openmp_is_preferred_and_a_users_policy_wins():
+def test_passive_openmp_on_a_busy_machine_only_and_a_users_policy_wins():
     env = {}
-    threads.prefer_passive_openmp(env)
+    threads.prefer_passive_openmp(env, busy=True)
     assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    env = {}
+    threads.prefer_passive_openmp(env, busy=False)  # idle: OpenMP's spinning default is faster
+    assert env == {}
     env = {"OMP_WAIT_POLICY": "ACTIVE"}
-    threads.prefer_passive_openmp(env)
+    threads.prefer_passive_openmp(env, busy=True)
     assert env["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_busy_cores_from_two_samples():
+    assert threads.busy_cores((100, 1000), (150, 1100), cores=2) == 1.0   # half the jiffies busy: 1 of 2
+    assert threads.busy_cores((100, 1000), (100, 1100), cores=2) == 0.0
+    assert threads.busy_cores((5, 10), (5, 10), cores=4) == 0.0           # no time passed
+    busy, total = threads.cpu_times()
+    assert 0 <= busy <= total
+
+
+def test_a_busy_core_is_seen():
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+        time.sleep(0.3)
+        assert threads.others_are_busy(0.3)
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def test_a_launcher_that_prefers_it_passes_it_to_children_before_they_import_torch():
     code = ("import os, subprocess, sys\n"
             "from ddp_tutorial import threads\n"
-            "applies = threads.prefer_passive_openmp()\n"
+            "applies = threads.prefer_passive_openmp(busy=True)\n"
             "child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ[\"OMP_WAIT_POLICY\"])'],\n"
             "                       capture_output=True, text=True, check=True)\n"
             "print(applies, child.stdout.strip())\n")

@@ -144,7 +144,6 @@ def _settings_lines(spec: JobSpec) -> List[str]:
     pairs += [
         (f"REQUEUE={1 if spec.requeue else 0}", "1: requeue after a checkpoint-and-stop (exit 75)"),
         (f"export OMP_NUM_THREADS={spec.cpus_per_process}", "threads per process"),
-        ("export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}", "waiting threads sleep (shared nodes)"),
     ]
     width = max(len(code) for code, _ in pairs if len(code) <= 48)
     lines = [f"{code:<{width}}  # {comment}" if len(code) <= 48 else f"# {comment}\n{code}"
@@ -210,8 +209,7 @@ def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}") ->
     """
     spec = replace(spec, template="per-gpu")  # one task per GPU / CPU process, like per-gpu
     validate(spec)
-    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # threads per engine (its training process)",
-                "export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # waiting threads sleep (shared nodes)"]
+    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # threads per engine (its training process)"]
     settings += _nccl_lines(spec)
     settings += [f"export {key}={q(value)}" for key, value in spec.env]
     gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(settings),
