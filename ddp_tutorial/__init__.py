@@ -16,6 +16,17 @@ docs/architecture.md maps every module.
 
 __version__ = "0.2.0"
 
+import signal as _signal  # noqa: E402
+import sys as _sys  # noqa: E402
+
+# A training worker started as `python -m ddp_tutorial.train` (torchrun, one srun task per GPU) may get
+# SLURM's SIGUSR1 while it is still importing torch; its default action would end the process. Catch
+# it from the very first import and let training's StopRequest pick it up (ddp_tutorial.preemption).
+EARLY_SIGNALS: list = []
+_argv = getattr(_sys, "orig_argv", [])
+if any(a == "-m" and b == "ddp_tutorial.train" for a, b in zip(_argv, _argv[1:])):
+    _signal.signal(_signal.SIGUSR1, lambda *_: EARLY_SIGNALS.append(_signal.SIGUSR1))
+
 __all__ = ["DeepNeuralNetwork", "__version__"]
 
 

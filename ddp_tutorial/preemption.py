@@ -39,7 +39,8 @@ class StopRequest:
     """A flag set by SIGUSR1 (or by :meth:`request`), agreed on by all ranks."""
 
     def __init__(self):
-        self.requested = _early["requested"]
+        from . import EARLY_SIGNALS  # a SIGUSR1 during `import torch` of a `-m ddp_tutorial.train` worker
+        self.requested = _early["requested"] or bool(EARLY_SIGNALS)
         self._previous = None
 
     def request(self, *_):

@@ -602,3 +602,21 @@ def test_a_damaged_or_mismatched_checkpoint_is_refused(preempted_train, slow_roo
         assert process.returncode == 2, f"{how}: exit code {process.returncode}\n{out}{err}"
         assert re.search(DAMAGED[how][1], err), f"{how}: {err}"
         assert "Traceback" not in err, f"{how}: {err}"
+
+
+def test_sigusr1_while_a_train_worker_imports_torch_is_kept_not_fatal(mnist_root, tmp_path):
+    """A `python -m ddp_tutorial.train` worker (torchrun, one srun task per GPU) that gets SLURM's SIGUSR1
+    while it is still importing torch stops at its first step boundary for a requeue (exit 75) instead of
+    dying from the signal's default action."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_JOB_ID"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_tutorial.train", "--dataset", "mnist",
+                             "--root", str(mnist_root), "--epochs", "1", "--train-subset", "2048",
+                             "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-eval"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.3)  # the interpreter is up, torch is still being imported
+    proc.send_signal(signal.SIGUSR1)
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 75, (proc.returncode, output)
+    assert "SIGUSR1" in output, output
