@@ -620,3 +620,20 @@ def test_sigusr1_while_a_train_worker_imports_torch_is_kept_not_fatal(mnist_root
     output = proc.communicate(timeout=240)[0]
     assert proc.returncode == 75, (proc.returncode, output)
     assert "SIGUSR1" in output, output
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_run(tmp_path):
+    """A checkpoint writer killed mid-save leaves `.checkpoint-*.tmp`; the next run's start removes it and
+    nothing else (the checkpoint itself and other files stay)."""
+    from ddp_tutorial import atomic
+    from ddp_tutorial.checkpoint import ensure_writable
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    leftover = folder / f".checkpoint-abc123{atomic.TMP_SUFFIX}"
+    leftover.write_bytes(b"half a checkpoint")
+    kept = [folder / "checkpoint.pt", folder / ".checkpoint-notes.txt"]
+    for path in kept:
+        path.write_bytes(b"mine")
+    ensure_writable(folder)
+    assert not leftover.exists()
+    assert all(path.read_bytes() == b"mine" for path in kept)
