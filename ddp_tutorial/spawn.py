@@ -147,7 +147,10 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
         child.start()
         children.append(child)
 
+    received: List[int] = []
+
     def forward(signum, _frame):
+        received.append(signum)
         for c in children:
             if c.exitcode is None and c.pid:
                 try:
@@ -158,14 +161,15 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     # Ctrl-C (SIGINT) is not forwarded: it raises KeyboardInterrupt here, and `finally` stops the children.
     previous = {s: signal.signal(s, forward) for s in (signal.SIGUSR1, signal.SIGTERM)}
     try:
-        return _supervise(children, node_rank, rank_of)
+        return _supervise(children, node_rank, rank_of, lambda: signal.SIGTERM in received)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _stop(children)
 
 
-def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable[[int], int]) -> int:
+def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable[[int], int],
+               terminated: Callable[[], bool] = lambda: False) -> int:
     pending = {c.sentinel: (i, c) for i, c in enumerate(children)}
     while pending:
         ready = multiprocessing.connection.wait(list(pending), timeout=1.0)
@@ -181,6 +185,10 @@ def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable
                 if all(c == EXIT_REQUEUE or c == 0 for c in codes):
                     print(t("spawn.preempted", node=node_rank, code=EXIT_REQUEUE), file=sys.stderr, flush=True)
                     return EXIT_REQUEUE
+            if terminated():  # this launcher was told to stop (scancel, a time limit): no rank is to blame
+                print(t("spawn.terminated", node=node_rank, n=len(children)), file=sys.stderr, flush=True)
+                _stop(children)
+                return 128 + signal.SIGTERM
             events = [(local_rank, code)]
             if is_consequence(code):
                 # This rank stopped only because another one failed (lost contact, or NCCL's watchdog

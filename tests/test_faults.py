@@ -637,3 +637,40 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_run(tmp_path):
     ensure_writable(folder)
     assert not leftover.exists()
     assert all(path.read_bytes() == b"mine" for path in kept)
+
+
+def _session_members(sid: int) -> List[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after "(comm)": state ppid pgrp session …
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_a_launcher_stopped_by_sigterm_says_so_and_blames_no_rank(mnist_root):
+    """scancel / a time limit SIGTERMs the launcher: it says that it was stopped, stops its processes,
+    exits 143 (128 + SIGTERM), and does not report a rank as "killed by SIGTERM"."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_JOB_ID"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_tutorial", "train", "--nproc-per-node", "2", "--dataset",
+                             "mnist", "--root", str(mnist_root), "--epochs", "50", "--no-eval"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stdout:  # wait until training runs
+        lines.append(line)
+        if "epoch 0:" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    output = "".join(lines) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143, (proc.returncode, output)
+    assert "was stopped by SIGTERM" in output and "killed by signal SIGTERM" not in output, output
+    deadline = time.monotonic() + 10
+    while _session_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _session_members(proc.pid), "training processes outlived their launcher"
