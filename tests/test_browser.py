@@ -247,13 +247,13 @@ def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str
     running = _marked_processes(lab.marker)
     if not running:
         problems.append(f"{tag}: no engine running before Shut Down Kernel: the check would prove nothing")
-    stopped = time.monotonic()  # the 10 s count from the menu click, a confirmation included
     _menu(page, "Kernel", "Shut Down Kernel")
     dialog = page.locator(".jp-Dialog")
-    try:
-        dialog.locator("button", has_text=re.compile("Shut Down", re.I)).click(timeout=1500)
+    try:  # a loaded machine may take seconds to show the confirmation: without the click nothing shuts down
+        dialog.locator("button", has_text=re.compile("Shut Down", re.I)).click(timeout=8000)
     except Exception:  # noqa: BLE001 - no confirmation dialog in this JupyterLab version
         pass
+    stopped = time.monotonic()  # the 10 s count from the confirmed shutdown
     left = _marked_processes(lab.marker)
     while left and time.monotonic() - stopped < 10:
         time.sleep(0.25)
