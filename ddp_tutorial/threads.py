@@ -77,6 +77,9 @@ def others_are_busy(sample_seconds: float = 0.1) -> bool:
     return after is not None and busy_cores(before, after, os.cpu_count() or 1) >= 0.5
 
 
+_measured: dict = {"busy": None}
+
+
 def prefer_passive_openmp(environ: Optional[MutableMapping[str, str]] = None,
                           busy: Optional[bool] = None) -> bool:
     """On a busy machine, set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default: this process's)
@@ -89,8 +92,10 @@ def prefer_passive_openmp(environ: Optional[MutableMapping[str, str]] = None,
     target = os.environ if environ is None else environ
     if WAIT_POLICY_VARIABLE in target:
         return False
-    if busy is None:
-        busy = others_are_busy()
+    if busy is None:  # measured once per process: `ddp-tutorial train` and spawn both ask
+        if _measured["busy"] is None:
+            _measured["busy"] = others_are_busy()
+        busy = _measured["busy"]
     if not busy:
         return False
     target[WAIT_POLICY_VARIABLE] = WAIT_POLICY

@@ -27,12 +27,13 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from ddp_tutorial.distributed import find_free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -62,12 +63,6 @@ def _playwright():
     except ImportError:
         _need("playwright", "the Python package is not installed (pip install playwright)")
     return sync_playwright
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _marked_processes(marker: str) -> list[str]:
@@ -103,7 +98,7 @@ class Lab:
     session, its working copy in a throw-away folder inside the checkout."""
 
     def __init__(self, lang: str, tmp: Path):
-        self.lang, self.port, self.token = lang, _free_port(), secrets.token_hex(16)
+        self.lang, self.port, self.token = lang, find_free_port(), secrets.token_hex(16)
         self.marker = secrets.token_hex(8)
         self.work = REPO / "workshop" / f"browser-test-{self.marker}"
         self.log = tmp / f"lab-{lang}.log"

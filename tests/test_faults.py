@@ -640,15 +640,7 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_run(tmp_path):
 
 
 def _session_members(sid: int) -> List[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # after "(comm)": state ppid pgrp session …
-            pids.append(int(stat.parent.name))
-    return pids
+    return [pid for pid, (_, session, state, _) in _all_processes().items() if session == sid and state not in "ZX"]
 
 
 def test_a_launcher_stopped_by_sigterm_says_so_and_blames_no_rank(mnist_root):

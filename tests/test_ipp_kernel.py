@@ -17,6 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddp_tutorial.ipp.engines import still_running
+
 jupyter_client = pytest.importorskip("jupyter_client")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,20 +56,9 @@ def kernel_processes(km):
     return kernel, kernel.children(recursive=True)
 
 
-def running(processes):
-    left = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return left
-
-
 def seconds_until_gone(processes, limit=60.0):
     began = time.monotonic()
-    while running(processes) and time.monotonic() - began < limit:
+    while still_running(processes) and time.monotonic() - began < limit:
         time.sleep(0.05)
     return time.monotonic() - began
 
@@ -101,7 +92,7 @@ def test_engines_die_with_the_kernel(tmp_path, how, capsys):
             os.kill(kernel.pid, signal.SIGKILL)  # no handler of the kernel runs
         gone = seconds_until_gone(descendants + ([kernel] if how != "restart" else []), limit=60)
         total = time.monotonic() - began
-        left = running(descendants)
+        left = still_running(descendants)
         with capsys.disabled():
             print(f"\n[{how}] every engine, nanny, controller gone {total:.1f} s after the request "
                   f"({gone:.1f} s of waiting)", file=sys.stderr)
@@ -114,7 +105,7 @@ def test_engines_die_with_the_kernel(tmp_path, how, capsys):
         kc.stop_channels()
         if km.has_kernel:
             km.shutdown_kernel(now=True)
-        for p in running(descendants):  # never leave anything, whatever the outcome
+        for p in still_running(descendants):  # never leave anything, whatever the outcome
             p.kill()
 
 
