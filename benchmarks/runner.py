@@ -132,6 +132,7 @@ def summarize(runs: List[dict], epochs: int) -> dict:
         "busy_before": median([r["busy_before"] for r in runs if r.get("busy_before") is not None]),
         "load_before": median([r["load_before"] for r in runs if r.get("load_before") is not None]),
         "threads": runs[0].get("threads"),
+        "omp_wait_policies": [r.get("omp_wait_policy", "") for r in runs],  # "" = OpenMP's default (spinning)
         "steps_per_epoch": runs[0].get("steps_per_epoch"),
         "repeats": len(runs),
     }

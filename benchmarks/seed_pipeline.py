@@ -37,9 +37,10 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
+import torchvision.datasets
 from torchvision import transforms
 
-from ddp_tutorial.data import dataset_class
+from ddp_tutorial.datasets import FOLDERS
 from ddp_tutorial.distributed import find_free_port
 from ddp_tutorial.i18n import t
 from ddp_tutorial.model import DeepNeuralNetwork  # the seed's class, unchanged
@@ -60,7 +61,7 @@ def train_process_on_gpu(gpu_id_in_node, world_size, id_in_group, gpus_per_devic
     dist.init_process_group(backend, rank=rank, world_size=world_size)
 
     # The data set, decoded image by image through PIL and ToTensor.
-    dataset = dataset_class(options.dataset)  # torchvision's MNIST or FashionMNIST
+    dataset = getattr(torchvision.datasets, FOLDERS[options.dataset])  # torchvision's MNIST or FashionMNIST
     train_dataset = dataset(root=options.root, train=True, download=False,  # BENCHMARK: download=True
                             transform=transforms.ToTensor())
     classes = train_dataset.classes

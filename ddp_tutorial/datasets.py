@@ -12,6 +12,13 @@ from pathlib import Path
 # Name on the command line → torchvision's class (and folder) name: ROOT/<folder>/raw/.
 FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}
 NAMES = tuple(FOLDERS)
+# Class names, as torchvision's MNIST.classes and FashionMNIST.classes give them.
+CLASSES = {
+    "mnist": ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six",
+              "7 - seven", "8 - eight", "9 - nine"],
+    "fashion-mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                      "Sneaker", "Bag", "Ankle boot"],
+}
 DEFAULT_DATASET = "mnist"              # the seed's; needs internet once (then it is staged)
 OFFLINE_DATASET = "fashion-mnist"      # Debian's dataset-fashion-mnist package: no internet needed
 DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"

@@ -18,6 +18,7 @@ rank that raised it (in a run of several processes).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -101,7 +102,8 @@ class RunState:
             rank=self.env.rank, world_size=self.env.world_size, dataset=self.config.dataset, backend=backend,
             device=str(device), seed=self.config.seed, lr=self.lr, batch_size=self.config.batch_size,
             steps_per_epoch=steps_per_epoch, num_parameters=num_parameters, launcher=self.env.scheme,
-            num_nodes=self.env.num_nodes, scale_lr=self.config.scale_lr, warmup_steps=self.config.warmup_steps)
+            num_nodes=self.env.num_nodes, scale_lr=self.config.scale_lr, warmup_steps=self.config.warmup_steps,
+            threads=torch.get_num_threads(), omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", ""))
         position = self._resume() if self.config.resume else Position()
         if self.distributed:
             dist.barrier(self.control_group)

@@ -18,6 +18,7 @@ Signals it receives (SIGUSR1 from SLURM before the time limit, SIGTERM) are pass
 the children; Ctrl-C stops them. Children die with it if it is killed (``PR_SET_PDEATHSIG``).
 """
 
+# ruff: noqa: E402 - run as a program, the wait policy is chosen before the imports below import torch
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,17 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from .threads import prefer_passive_openmp
+
+if __name__ == "__main__":
+    # `python -m ddp_tutorial.spawn`: OpenMP reads OMP_WAIT_POLICY when torch is imported (next
+    # lines), and a single process trains right here, without a child: decide it first.
+    prefer_passive_openmp()
+
 from .config import TrainConfig, add_launch_arguments, add_train_arguments, config_from_args
 from . import launch_env as names
 from .distributed import device_for, explained, find_free_port, resolve_environment
 from .i18n import TutorialError, t
-from .threads import prefer_passive_openmp
 from .exits import LOST_PEER as EXIT_LOST_PEER
 from .exits import REQUEUE as EXIT_REQUEUE
 

@@ -57,6 +57,7 @@ def where(cwd: str, paths: List[str]) -> dict:
 def warm_up() -> None:
     """Import what every rank needs (torch, the training code) once, ahead of the first call."""
     from .. import train  # noqa: F401 - imports torch, the model, the data code
+    import torch._dynamo  # noqa: F401 - building the DDP wrapper imports it (and sympy) on first use: 1.4 s
     _install_data_cache()
 
 
@@ -82,6 +83,13 @@ def _files_stamp(root) -> tuple:
 def cached_data() -> list:
     """(data set, root, train split) of what this engine keeps in memory."""
     return [key[:3] for key in _DATA_CACHE]
+
+
+def forget_data() -> int:
+    """Empty this engine's data cache (the next call loads from disk again); how many it held."""
+    held = len(_DATA_CACHE)
+    _DATA_CACHE.clear()
+    return held
 
 
 def _install_data_cache() -> None:
