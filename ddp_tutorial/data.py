@@ -25,11 +25,12 @@ from .i18n import TutorialError
 from .datasets import default_dataset, default_root  # noqa: F401  (re-exported for older callers)
 from .staging import (ALL_FILES, check, check_name, file_names, prepare,  # noqa: F401  (re-exported)
                       prepare_command, raw_folder)
+from .staging import HEIGHT, IMAGE_HEADER, LABEL_HEADER, WIDTH
 
 
 def read_idx(path: Path, header: int) -> torch.Tensor:
-    """The bytes of an IDX file after its big-endian header (16 bytes for images, 8 for labels),
-    as a uint8 tensor. :func:`ddp_tutorial.staging.check` has validated header and size."""
+    """The bytes of an IDX file after its big-endian header (``IMAGE_HEADER`` or ``LABEL_HEADER``
+    bytes), as a uint8 tensor. :func:`ddp_tutorial.staging.check` has validated header and size."""
     try:
         raw = bytearray(Path(path).read_bytes())
     except OSError as error:  # removed or made unreadable since the check
@@ -88,6 +89,6 @@ def load(dataset: str, root: Path, train: bool = True) -> InMemoryData:
     check(dataset, root)  # clear errors for missing or damaged files, before reading them
     folder = raw_folder(dataset, root)
     image_file, label_file = file_names("train" if train else "t10k")
-    labels = read_idx(folder / label_file, header=8).long()
-    images = read_idx(folder / image_file, header=16).view(len(labels), 28, 28)
+    labels = read_idx(folder / label_file, header=LABEL_HEADER).long()
+    images = read_idx(folder / image_file, header=IMAGE_HEADER).view(len(labels), HEIGHT, WIDTH)
     return InMemoryData(images=images, labels=labels, classes=list(CLASSES[check_name(dataset)]), name=dataset)

@@ -35,6 +35,7 @@ from .distributed import DistEnv, classify_failure, control_group
 from .i18n import TutorialError, t
 from .preemption import Preempted, StopRequest
 from .result import TrainResult
+from .threads import WAIT_POLICY_VARIABLE
 
 STOP_CHECK_EVERY = 10  # steps between two "should we stop?" votes (each is a small collective)
 
@@ -103,7 +104,7 @@ class RunState:
             device=str(device), seed=self.config.seed, lr=self.lr, batch_size=self.config.batch_size,
             steps_per_epoch=steps_per_epoch, num_parameters=num_parameters, launcher=self.env.scheme,
             num_nodes=self.env.num_nodes, scale_lr=self.config.scale_lr, warmup_steps=self.config.warmup_steps,
-            threads=torch.get_num_threads(), omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", ""))
+            threads=torch.get_num_threads(), omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
         position = self._resume() if self.config.resume else Position()
         if self.distributed:
             dist.barrier(self.control_group)
