@@ -36,12 +36,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ddp_tutorial.distributed import find_free_port
+from ddp_tutorial.whoami import find_free_port
 from ddp_tutorial.i18n import number, t
 from ddp_tutorial.model import DeepNeuralNetwork
-from ddp_tutorial.spawn import run_processes
+from ddp_tutorial.supervisor import run_processes
 
 from .common import write_json
+from .common import COMM_LABELS
 
 KINDS = ("compute", "ddp", "allreduce", "tiny", "ddp_buckets", "ddp_view")
 
@@ -119,7 +120,7 @@ def print_result(result: dict) -> None:
             gradient=result["gradient_bytes"] // 1024, rounds=result["rounds"]))
     for kind in KINDS:
         if kind in result:
-            print(f"  {t('bench.comm.' + kind):<44} {result[kind]:7.3f} ms")
+            print(f"  {t(COMM_LABELS[kind]):<44} {result[kind]:7.3f} ms")
     print(t("bench.comm.summary", overhead=result["ddp"] - result["compute"], compute=result["compute"],
             world=result["world_size"], limit=result["world_size"] * result["compute"] / result["ddp"]))
     if "limit_overlap" in result:

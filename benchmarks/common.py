@@ -77,3 +77,16 @@ def load_average():
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
+
+
+# The message key of every label a benchmark prints for a name in its data (literal keys, so that grep
+# and tests/test_layout.py find every use of every key).
+COMM_LABELS = {"compute": "bench.comm.compute", "allreduce": "bench.comm.allreduce", "ddp": "bench.comm.ddp",
+               "ddp_buckets": "bench.comm.ddp_buckets", "ddp_view": "bench.comm.ddp_view", "tiny": "bench.comm.tiny"}
+GOAL_LABELS = {"package_over_bound": "bench.goal.package_over_bound",
+               "package_over_seed": "bench.goal.package_over_seed",
+               "world2_over_world1": "bench.goal.world2_over_world1",
+               "loaded_over_idle": "bench.goal.loaded_over_idle",
+               "package_over_seed_loaded": "bench.goal.package_over_seed_loaded"}
+PROFILE_LABELS = {"communication": "bench.profile.communication", "compute": "bench.profile.compute",
+                  "data": "bench.profile.data"}

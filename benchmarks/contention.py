@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Dict, List
 
 from ddp_tutorial.i18n import t
+from ddp_tutorial.figures import VARIANT_LABELS
+
+from .common import GOAL_LABELS
 
 from .runner import command_for, pct, rate, run_command, say, summarize, wait_for_idle
 
@@ -98,10 +101,10 @@ def print_contention(o, contention: dict) -> None:
     for variant in VARIANTS:
         for condition in CONDITIONS:
             s = contention["rows"][variant][condition]
-            print(t("bench.contention_row", variant=t("bench.variant." + variant),
+            print(t("bench.contention_row", variant=t(VARIANT_LABELS[variant]),
                     condition=t("plot." + condition, busy=contention["busy"]), rate=rate(s["samples_per_second"]),
                     low=rate(s["samples_per_second_min"]), high=rate(s["samples_per_second_max"]),
                     load=s["load_before"] if s["load_before"] is not None else "?"))
     for name, g in contention["goals"].items():
         verdict = t("bench.met") if g["met"] else t("bench.missed", pct=100 * (1 - g["value"] / g["goal"]))
-        print(t("bench.goal", name=t("bench.goal." + name), value=g["value"], goal=g["goal"], verdict=verdict))
+        print(t("bench.goal", name=t(GOAL_LABELS[name]), value=g["value"], goal=g["goal"], verdict=verdict))

@@ -37,11 +37,12 @@ import torch
 
 from ddp_tutorial import datasets
 from ddp_tutorial.data import InMemoryData
-from ddp_tutorial.distributed import find_free_port
+from ddp_tutorial.whoami import find_free_port
 from ddp_tutorial.i18n import TutorialError, number, t
 from ddp_tutorial.model import DeepNeuralNetwork
 
 from .common import machine, write_json
+from ddp_tutorial.figures import VARIANT_LABELS
 from .runner import REPO, clean_environment, run_command
 
 BATCH = 128
@@ -231,10 +232,10 @@ def print_result(report: dict) -> None:
     for variant in ("package", "seed"):
         r = report.get(variant, {})
         if r.get("samples_per_second"):
-            print(t("gpu_bench.training", variant=t("bench.variant." + variant),
+            print(t("gpu_bench.training", variant=t(VARIANT_LABELS[variant]),
                     rate=number(round(r["samples_per_second"])), wall=number(r["wall_seconds"], decimals=1)))
         else:
-            print(t("gpu_bench.training_missing", variant=t("bench.variant." + variant),
+            print(t("gpu_bench.training_missing", variant=t(VARIANT_LABELS[variant]),
                     why=r.get("error") or r.get("skipped", "?")))
     tests = report["tests"]
     print(t("gpu_bench.tests", count=len(tests.get("ids", [])), summary=tests.get("summary") or tests.get("skipped")))

@@ -25,9 +25,11 @@ import tempfile
 from pathlib import Path
 
 from ddp_tutorial.config import TrainConfig
-from ddp_tutorial.distributed import find_free_port, resolve_environment
+from ddp_tutorial.whoami import find_free_port, resolve_environment
 from ddp_tutorial.i18n import t
-from ddp_tutorial.spawn import run_processes
+from ddp_tutorial.supervisor import run_processes
+
+from .common import PROFILE_LABELS
 
 KINDS = {
     "communication": ("gloo", "c10d", "nccl", "allreduce", "all_reduce", "all_gather", "barrier", "broadcast"),
@@ -63,7 +65,7 @@ def _profiled_rank(local_rank: int, config: TrainConfig, world: int, outdir: str
     total = sum(shares.values()) or 1.0
     lines = [t("bench.profile.rank", rank=env.rank, rate=result.samples_per_second, threads=torch.get_num_threads(),
                steps=result.steps_per_epoch)]
-    lines += [t("bench.profile.share", kind=t("bench.profile." + kind), pct=100 * seconds / total)
+    lines += [t("bench.profile.share", kind=t(PROFILE_LABELS[kind]), pct=100 * seconds / total)
               for kind, seconds in sorted(shares.items(), key=lambda kv: -kv[1])]
     table = averages.table(sort_by="self_cpu_time_total", row_limit=rows)
     Path(outdir, f"rank{env.rank}.txt").write_text("\n".join(lines) + "\n\n" + table + "\n")

@@ -41,7 +41,7 @@ import torchvision.datasets
 from torchvision import transforms
 
 from ddp_tutorial.datasets import FOLDERS
-from ddp_tutorial.distributed import find_free_port
+from ddp_tutorial.whoami import find_free_port
 from ddp_tutorial.i18n import t
 from ddp_tutorial.model import DeepNeuralNetwork  # the seed's class, unchanged
 

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Dict, List
 
 from ddp_tutorial.i18n import t
+from ddp_tutorial.figures import VARIANT_LABELS
+
+from .common import GOAL_LABELS
 
 from .runner import VARIANTS, command_for, pct, rate, run_command, say, summarize, threads_for, wait_for_idle
 
@@ -67,11 +70,11 @@ def print_table(o, table: dict, checked: dict) -> None:
             ratios = ""
             if variant == "package":
                 ratios = f"{row['package_over_seed']:>11.2f}×  {row['package_over_bound']:>11.2f}×"
-            print(f"{world:>5}  {t('bench.variant.' + variant):<9}  {spread:<28}  {s['seconds_per_epoch']:>7.2f}  "
+            print(f"{world:>5}  {t(VARIANT_LABELS[variant]):<9}  {spread:<28}  {s['seconds_per_epoch']:>7.2f}  "
                   f"{s['wall_seconds']:>7.2f}   {ratios}")
     print(t("bench.legend"))
     if checked:
         print(t("bench.goals"))
         for name, g in checked.items():
             verdict = t("bench.met") if g["met"] else t("bench.missed", pct=100 * (1 - g["value"] / g["goal"]))
-            print(t("bench.goal", name=t("bench.goal." + name), value=g["value"], goal=g["goal"], verdict=verdict))
+            print(t("bench.goal", name=t(GOAL_LABELS[name]), value=g["value"], goal=g["goal"], verdict=verdict))

@@ -2,14 +2,15 @@
 
 Reading order (the story first, then what it calls, then how it is started):
 
-1. ``train.py``   — the whole DDP story in one module, top to bottom: who am I → device and
-                    backend → data in memory → ``init_process_group`` → ``DistributedSampler`` →
-                    ``DistributedDataParallel`` → the loop → the losses → rank-0 test.
-2. ``model.py``, ``data.py``, ``sampling.py``, ``evaluate.py`` — the pieces step by step.
-3. ``distributed.py`` — where rank, world size and the master address come from.
-4. ``runstate.py`` — the chores at fixed points: resume, preemption, checkpoints, progress, result.
-5. Launchers: ``spawn.py`` (the seed's per-node parent), ``ipp`` (notebook engines), ``slurm``
-   (sbatch scripts), ``cli.py`` (``ddp-tutorial …``).
+1. ``train.py``   — the whole DDP story in one module, top to bottom, every ``torch.distributed``
+                    call in torch's own words: who am I → device and backend → data in memory →
+                    ``init_process_group`` → ``DistributedSampler`` → ``DistributedDataParallel`` →
+                    the loop → ``all_gather`` of the losses → rank-0 test → ``destroy_process_group``.
+2. ``whoami.py`` (step 1), ``device_rule.py`` (step 2), ``data.py`` (3), ``process_group.py`` (4),
+   ``sampling.py`` (5), ``model.py`` (6), ``evaluate.py`` (9) — the pieces, numbered as the story's steps.
+3. ``runstate.py`` — the chores at fixed points: resume, preemption, checkpoints, progress, result.
+4. Launchers: ``spawn.py`` (the seed's per-node parent) on ``supervisor.py``, ``ipp`` (notebook
+   engines), ``slurm`` (sbatch scripts), ``cli.py`` (``ddp-tutorial …``).
 
 docs/architecture.md maps every module.
 """

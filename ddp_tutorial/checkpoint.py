@@ -9,22 +9,36 @@ Writing is atomic: the file is written under a temporary name in the same direct
 flushed to disk, then renamed over the old one (``os.replace`` is atomic on POSIX). A job
 killed at any moment — time limit, preemption, ``scancel`` — leaves either the previous
 checkpoint or the new one, never a torn file.
+
+One run per directory: rank 0 holds a lock on it (:class:`DirectoryLock`, taken by
+:func:`ensure_writable`, given back by :func:`release`) from the start to the end of the run.
+What is read must be a regular file with the right fields of the right types, or it is refused
+with one clear message (a named pipe would block ``torch.load`` for ever).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import json
 import os
+import socket
+import stat
 import tempfile
+import time
+from numbers import Real
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 
 from . import atomic
-from .i18n import TutorialError
+from .i18n import TutorialError, t
 
 
 CHECKPOINT_NAME = "checkpoint.pt"
+LOCK_NAME = ".ddp-tutorial.lock"   # held (flock) by rank 0 of the run that uses the directory
 FORMAT_VERSION = 1
 
 
@@ -32,31 +46,194 @@ def checkpoint_path(directory: os.PathLike | str) -> Path:
     return Path(directory) / CHECKPOINT_NAME
 
 
+def _kind(mode: int) -> str:
+    """What a path that should be a regular file is instead, in the user's words."""
+    if stat.S_ISDIR(mode):
+        return t("ckpt_guard.kind_dir")
+    if stat.S_ISFIFO(mode):
+        return t("ckpt_guard.kind_fifo")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return t("ckpt_guard.kind_device")
+    return t("ckpt_guard.kind_other")
+
+
+def _regular_or_absent(path: Path) -> bool:
+    """True for a regular file (links followed), False when there is nothing; refuses the rest:
+    ``torch.load`` of a named pipe blocks for ever, a directory fails only after an epoch."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise TutorialError("ckpt.corrupt", path=str(path), why=error.strerror or str(error)) from None
+    if not stat.S_ISREG(mode):
+        raise TutorialError("ckpt_guard.not_regular", path=str(path), kind=_kind(mode))
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# One run per checkpoint directory
+
+
+class DirectoryLock:
+    """An exclusive ``flock`` on ``DIR/.ddp-tutorial.lock`` for a run's lifetime (rank 0 holds it).
+
+    A second run on the same ``--checkpoint-dir`` is refused with a message naming the first
+    (pid, host, start time): two runs would overwrite each other's checkpoints, and the second
+    one's start would delete the first one's in-flight temporary file. The kernel drops the lock
+    when the holder exits, however it exits (SIGKILL included), so a stale lock never blocks.
+    Where the file system cannot lock (some network mounts), the run goes on unlocked
+    (``held`` is False) and leftovers are then never deleted.
+    """
+
+    def __init__(self, directory: os.PathLike | str):
+        self.directory = Path(directory)
+        self.fd: Optional[int] = None
+        self.held = False
+
+    def acquire(self) -> "DirectoryLock":
+        path = self.directory / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise TutorialError("ckpt.unwritable", path=str(self.directory),
+                                why=error.strerror or str(error)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            owner = _owner(fd)
+            os.close(fd)
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise TutorialError("ckpt_guard.in_use", path=str(self.directory), **owner) from None
+            return self  # ENOLCK, EOPNOTSUPP…: this file system cannot lock; go on unlocked
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n").encode())
+        self.fd, self.held = fd, True
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+        self.fd, self.held = None, False
+
+    def __enter__(self) -> "DirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _owner(fd: int) -> Dict[str, Any]:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        info = json.loads(os.read(fd, 4096).decode("utf-8", "replace") or "{}")
+    except (OSError, ValueError):
+        info = {}
+    info = info if isinstance(info, dict) else {}
+    return {key: info.get(key, "?") for key in ("pid", "host", "since")}
+
+
+_held: Dict[str, DirectoryLock] = {}  # this process's locks, by real path (re-entrant per process)
+
+
+def hold(directory: os.PathLike | str) -> DirectoryLock:
+    """Take the directory's lock for this process until :func:`release` (or the process's exit)."""
+    key = os.path.realpath(directory)
+    if key not in _held:
+        _held[key] = DirectoryLock(directory).acquire()
+    return _held[key]
+
+
+def release(directory: os.PathLike | str) -> None:
+    """Give the lock of :func:`hold` back (the end of a run; a no-op when not held)."""
+    lock = _held.pop(os.path.realpath(directory), None)
+    if lock is not None:
+        lock.release()
+
+
+@contextlib.contextmanager
+def lock(directory: os.PathLike | str) -> Iterator[DirectoryLock]:
+    """``with checkpoint.lock(dir):`` — the directory is this run's until the block ends."""
+    taken = hold(directory)
+    try:
+        yield taken
+    finally:
+        release(directory)
+
+
 def ensure_writable(directory: os.PathLike | str) -> Path:
-    """Create the directory and prove it is writable now, not at the end of epoch 1."""
+    """Create the directory, take its lock (:func:`hold`, released by :func:`release`) and prove
+    that the checkpoint can be written now, not at the end of epoch 1."""
     path = Path(directory)
+    if path.is_symlink() and not path.exists():
+        raise TutorialError("ckpt.unwritable", path=str(path),
+                            why=t("ckpt_guard.dangling", target=os.readlink(path)))
     try:
         path.mkdir(parents=True, exist_ok=True)
-        for leftover in path.glob(".checkpoint-*"):  # a writer killed mid-save left its temporary file
-            if atomic.is_leftover(leftover):
-                leftover.unlink(missing_ok=True)
+    except OSError as error:
+        raise TutorialError("ckpt.unwritable", path=str(path), why=error.strerror or str(error)) from None
+    taken = hold(path)
+    try:
+        _regular_or_absent(checkpoint_path(path))
+        if taken.held:  # no other run can be writing here: what is left is a killed writer's
+            for leftover in path.glob(".checkpoint-*"):
+                if atomic.is_leftover(leftover):
+                    leftover.unlink(missing_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass
     except OSError as error:
+        release(path)
         raise TutorialError("ckpt.unwritable", path=str(path), why=error.strerror or str(error)) from None
+    except BaseException:
+        release(path)
+        raise
     return path
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class _Recording:
+    """The file torch.save writes to, remembering the OS error of a failed write: torch reports a
+    full disk as "unexpected pos 945152 vs 945040", the errno says what it was."""
+
+    def __init__(self, handle):
+        self.handle, self.error = handle, None
+
+    def write(self, data):
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
 
 
 def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path:
     """Write ``state`` atomically to ``directory/checkpoint.pt`` (:mod:`ddp_tutorial.atomic`)."""
     target = checkpoint_path(directory)
     state = dict(state, format_version=FORMAT_VERSION)
+    seen: list = []
+
+    def writer(handle) -> None:
+        seen.append(_Recording(handle))
+        torch.save(state, seen[0])
+
     # A directory that vanished or a full disk in the middle of training (scratch purged, quota) is
-    # the user's to fix: say so clearly. torch.save reports a full disk as a RuntimeError.
+    # the user's to fix: say so clearly.
     try:
-        return atomic.write_with(target, lambda handle: torch.save(state, handle), prefix=".checkpoint-")
+        return atomic.write_with(target, writer, prefix=".checkpoint-")
     except (OSError, RuntimeError) as error:
         why = getattr(error, "strerror", None) or str(error).strip().splitlines()[-1][:200]
+        cause = seen[0].error if seen and seen[0].error is not None else error
+        if getattr(cause, "errno", None) in _FULL:
+            why = t("ckpt_guard.disk_full")
         raise TutorialError("ckpt.unwritable", path=str(target.parent), why=why) from None
 
 
@@ -66,7 +243,7 @@ REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape
 # Settings that decide the data order or the optimisation: a resumed run must keep them, or it
 # would silently be another run. (The learning rate may change: runstate applies it and says so.)
 SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
-               "optimizer_kind": "the optimizer"}
+               "optimizer_kind": ""}  # "": no option; the message says "the optimizer" in the user's words
 # These split an epoch among the ranks: they must match only when the checkpoint is mid-epoch.
 SAME_MID_EPOCH = ("world_size", "batch_size")
 
@@ -80,30 +257,66 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     middle of an epoch (the sampler's split of that epoch depends on them).
     """
     path = checkpoint_path(directory)
-    if not path.exists():
+    if not _regular_or_absent(path):
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - truncated zip, random bytes, a pickle of something else…
         raise TutorialError("ckpt.corrupt", path=str(path), why=type(error).__name__) from None
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
-        raise TutorialError("ckpt.corrupt", path=str(path), why="missing fields")
+    _check_types(path, state)
     if state["format_version"] != FORMAT_VERSION:
         raise TutorialError("ckpt.mismatch", path=str(path), field="format_version",
                             saved=state["format_version"], current=FORMAT_VERSION)
     if list(state["shape"]) != list(expect["shape"]):
-        raise TutorialError("ckpt.mismatch", path=str(path), field="model shape",
+        raise TutorialError("ckpt.mismatch", path=str(path), field=t("ckpt_guard.model_shape"),
                             saved=list(state["shape"]), current=list(expect["shape"]))
     for field, option in SAME_ALWAYS.items():
         if field in state and field in expect and state[field] != expect[field]:
             raise TutorialError("ckpt.changed", path=str(path), field=field, saved=state[field],
-                                current=expect[field], option=option)
+                                current=expect[field], option=option or t("ckpt_guard.the_optimizer"))
     if state["step"] > 0:
         for field in SAME_MID_EPOCH:
             if state[field] != expect[field]:
                 raise TutorialError("ckpt.mismatch", path=str(path), field=field,
                                     saved=state[field], current=expect[field])
+        _check_partial(path, state)
     return state
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_types(path: Path, state: Any) -> None:
+    """The right keys with the wrong types (an ``epoch`` of ``"1"``, a float ``rng``) are a damaged
+    checkpoint too: one clear message instead of a TypeError deep in the resume."""
+    if not isinstance(state, dict):
+        raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.not_a_dict"))
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.missing", keys=", ".join(missing)))
+    shape = state["shape"]
+    wrong = [key for key in ("format_version", "epoch", "step", "world_size", "batch_size")
+             if not _count(state[key])]
+    wrong += [key for key in ("model", "optimizer") if not isinstance(state[key], dict)]
+    if not isinstance(shape, (list, tuple)) or not all(_count(n) for n in shape):
+        wrong.append("shape")
+    rng = state.get("rng")
+    if rng is not None and not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8):
+        wrong.append("rng")
+    if wrong:
+        raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.wrong_types", keys=", ".join(wrong)))
+
+
+def _check_partial(path: Path, state: Dict[str, Any]) -> None:
+    """A mid-epoch checkpoint holds one partial loss and one step count per rank (or none at all)."""
+    losses, steps = state.get("partial_loss", 0.0), state.get("partial_steps", 0)
+    if isinstance(losses, Real) and isinstance(steps, int):
+        return
+    for key, value, kind in (("partial_loss", losses, Real), ("partial_steps", steps, int)):
+        if (not isinstance(value, (list, tuple)) or len(value) != state["world_size"]
+                or not all(isinstance(v, kind) for v in value)):
+            raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.wrong_types", keys=key))
 
 
 def load_into(path: os.PathLike | str, module: torch.nn.Module, optimizer, state: Dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Step 12 — the ``ddp-tutorial`` command.
+"""The ``ddp-tutorial`` command.
 
     ddp-tutorial data prepare --dataset fashion-mnist --root DIR [--from DIR]
     ddp-tutorial train --dataset fashion-mnist --root DIR --nproc-per-node 2 --epochs 2 --json out.json
@@ -37,7 +37,7 @@ def _train(args) -> int:
 
 
 def _env(args) -> int:
-    from .distributed import resolve_environment
+    from .whoami import resolve_environment
     from . import gpu
     print(gpu.report())  # torch, its CUDA, the driver, each GPU, and whether they fit (both languages)
     print(json.dumps(resolve_environment().as_dict(), indent=2))

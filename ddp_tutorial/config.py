@@ -5,18 +5,31 @@ Every launcher — ``ddp-tutorial train``, ``python -m ddp_tutorial.spawn``,
 same :class:`TrainConfig`, so a run means the same thing however it was started.
 The defaults are the seed tutorial's: MNIST, batch 128 per process, Adam with lr 0.001,
 2 epochs, a 4-layer MLP with 128 hidden features.
+
+Each option is defined once, as a field of :class:`TrainConfig` made by :func:`option`: its
+default, the catalogue key of its ``--help`` line, its rule (:mod:`ddp_tutorial.validate`),
+whether a SLURM job passes it on (``job``) and whether the JSON result records it as given
+(``result``). The command line (:func:`add_train_arguments`), the checks (:meth:`TrainConfig.validate`,
+:data:`TRAIN_RULES`), the choices and the job spec's training fields (:data:`JOB_OPTIONS`) are
+derived from that table. Adding an option: one ``option(...)`` line here, one help line in each
+catalogue (``messages/en.toml``, ``tr.toml``).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Optional
+import os
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Dict, Optional, Tuple
 
 from . import validate
-from .datasets import NAMES as DATASETS  # noqa: F401  (re-exported: the data-set names)
+from .datasets import NAMES as DATASETS
 from .datasets import default_dataset
 from .i18n import TutorialError
+from .validate import Choice, Int, NonEmptyPath, Number
+
+CHECKPOINT_NAME = "checkpoint.pt"   # the file in --checkpoint-dir (ddp_tutorial.checkpoint writes it)
 
 
 def _default_root() -> str:
@@ -24,42 +37,74 @@ def _default_root() -> str:
     return str(default_root())
 
 
+def option(default=MISSING, *, help: Optional[str] = None, rule=None, factory=MISSING, job: bool = False,
+           result: bool = False, cli: Optional[dict] = None, flags: Tuple = ()):
+    """One training option (a dataclass field) and everything derived from it.
+
+    ``help``: the catalogue key of its ``--help`` line. ``rule``: the values allowed
+    (:mod:`ddp_tutorial.validate`; ``None`` where every value is fine). ``job``: a SLURM job spec
+    passes it on to the training (:data:`JOB_OPTIONS`). ``result``: the JSON result records it as
+    given. ``cli``: extra ``add_argument`` keywords; ``flags``: ``(flag, keywords, help key)`` for an
+    option set by other flags than ``--name`` (``--no-eval``)."""
+    metadata = dict(help=help, rule=rule, job=job, result=result, cli=cli or {}, flags=flags)
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
-    dataset: str = field(default_factory=default_dataset)
-    root: str = field(default_factory=_default_root)
-    epochs: int = 2
-    batch_size: int = 128           # per process, as in the seed
-    lr: float = 1e-3
-    scale_lr: str = "none"          # none | linear (lr × world size) | sqrt (lr × √world size)
-    warmup_steps: int = 0           # lr rises linearly to its value over the first N steps
-    seed: int = 0
-    num_layers: int = 4
-    hidden: int = 128
-    backend: str = "auto"           # auto | gloo | nccl
-    device: str = "auto"            # auto | cpu | cuda
-    timeout: float = 300.0          # seconds to form the process group / finish a collective
-    threads: Optional[int] = None   # intra-op threads per process (default: ddp_tutorial.threads)
-    checkpoint_dir: Optional[str] = None
-    resume: bool = False
-    json: Optional[str] = None      # write the result here (global rank 0)
-    train_subset: Optional[int] = None  # use only the first N training images (quick runs)
-    evaluate: bool = True           # rank-0 test accuracy at the end
-    progress: Optional[bool] = None # tqdm bar on rank 0 (default: when the terminal is interactive)
-    quiet: bool = False             # no per-rank lines (benchmarks)
+    dataset: str = option(factory=default_dataset, help="cli.dataset", rule=Choice(DATASETS), job=True,
+                          result=True)
+    root: str = option(factory=_default_root, help="cli.root", rule=NonEmptyPath(), job=True)
+    epochs: int = option(2, help="cli.epochs", rule=Int(0, 100_000), job=True)
+    batch_size: int = option(128, help="cli.batch_size", rule=Int(1, 1 << 20), job=True,  # per process
+                             result=True)
+    lr: float = option(1e-3, help="cli.lr", rule=Number(0.0, 10.0), job=True)
+    # none | linear (lr × world size) | sqrt (lr × √world size); a bare --scale-lr is linear
+    scale_lr: str = option("none", help="cli.scale_lr", rule=Choice(("none", "linear", "sqrt")), result=True,
+                           cli=dict(nargs="?", const="linear"))
+    # lr rises linearly to its value over the first N steps
+    warmup_steps: int = option(0, help="cli.warmup_steps", rule=Int(0, 10_000_000), result=True)
+    # DistributedSampler seeds each epoch with seed + epoch
+    seed: int = option(0, help="cli.seed", rule=Int(0, 2**63 - 1 - 100_000), job=True, result=True)
+    num_layers: int = option(4, help="cli.num_layers", rule=Int(2, 64))  # an input and an output layer at least
+    hidden: int = option(128, help="cli.hidden", rule=Int(1, 1 << 16))
+    backend: str = option("auto", help="cli.backend", rule=Choice(("auto", "gloo", "nccl")))
+    device: str = option("auto", help="cli.device", rule=Choice(("auto", "cpu", "cuda")))
+    # seconds to form the process group / finish a collective
+    timeout: float = option(300.0, help="cli.timeout", rule=Number(0.0, 7 * 24 * 3600.0))
+    # intra-op threads per process (default: ddp_tutorial.threads)
+    threads: Optional[int] = option(None, help="cli.threads", rule=Int(1, 1024))
+    checkpoint_dir: Optional[str] = option(None, help="cli.checkpoint_dir", rule=NonEmptyPath())
+    resume: bool = option(False, help="cli.resume")
+    json: Optional[str] = option(None, help="cli.json", rule=NonEmptyPath())  # global rank 0 writes it
+    # use only the first N training images (quick runs)
+    train_subset: Optional[int] = option(None, help="cli.train_subset", rule=Int(1, 10**9))
+    evaluate: bool = option(True, flags=(("--no-eval", dict(action="store_false"), "cli.no_eval"),))
+    # tqdm bar on rank 0 (default: when the terminal is interactive)
+    progress: Optional[bool] = option(None, flags=(
+        ("--progress", dict(action="store_true", default=None), "cli.progress"),
+        ("--no-progress", dict(action="store_false"), "cli.no_progress")))
+    quiet: bool = option(False, help="cli.quiet")  # no per-rank lines (benchmarks)
 
     def validate(self) -> "TrainConfig":
-        """Check every option (rules shared with the SLURM job spec: :mod:`ddp_tutorial.validate`)."""
+        """Check every option by its rule, then the bounds across options; ``~`` in paths is expanded."""
         if isinstance(self.scale_lr, bool):  # older callers: scale_lr=True meant the linear rule
             self.scale_lr = "linear" if self.scale_lr else "none"
-        for name in ("dataset", "epochs", "batch_size", "lr", "seed", "num_layers", "hidden", "timeout",
-                     "backend", "device", "scale_lr", "warmup_steps"):
-            validate.check(name, getattr(self, name))
-        for name in ("threads", "train_subset"):
-            if getattr(self, name) is not None:
-                validate.check(name, getattr(self, name))
+        for f in fields(self):
+            rule, value = f.metadata["rule"], getattr(self, f.name)
+            if rule is None or (value is None and f.default is None):  # an optional option left out
+                continue
+            validate.check(f.name, value, rule)
+            if isinstance(rule, NonEmptyPath):
+                setattr(self, f.name, rule.expand(value))
+        validate.check_model_size(self.num_layers, self.hidden)
         if self.resume and not self.checkpoint_dir:
             raise TutorialError("train.need_checkpoint_dir")
+        if self.json and self.checkpoint_dir and _same_path(self.json, Path(self.checkpoint_dir) / CHECKPOINT_NAME):
+            raise TutorialError("config.json_is_checkpoint", json=self.json,
+                                checkpoint=str(Path(self.checkpoint_dir) / CHECKPOINT_NAME))
         return self
 
     def validated(self) -> "TrainConfig":
@@ -69,36 +114,52 @@ class TrainConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def recorded(self) -> dict:
+        """The options the JSON result records as given (``result=True`` in the table)."""
+        return {name: getattr(self, name) for name in RESULT_OPTIONS}
+
+
+def _same_path(a, b) -> bool:
+    def real(path) -> str:
+        try:
+            return str(Path(path).resolve())
+        except (OSError, RuntimeError):  # a symlink loop: compare the absolute paths
+            return os.path.abspath(path)
+    return real(a) == real(b)
+
+
+#: Option name → its rule (the SLURM job spec checks its training fields with these too).
+TRAIN_RULES: Dict[str, object] = {f.name: f.metadata["rule"] for f in fields(TrainConfig) if f.metadata["rule"]}
+#: The options a SLURM job spec passes on to its training processes (fields of JobSpec too).
+JOB_OPTIONS: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["job"])
+#: The options the JSON result records as given (the run records lr, backend, device, threads as resolved).
+RESULT_OPTIONS: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["result"])
+
+
+def _argparse_keywords(f) -> dict:
+    """``add_argument`` keywords for field ``f``: its type, default and choices from the table."""
+    kind = str(f.type).removeprefix("Optional[").removesuffix("]")
+    default = None if f.default is MISSING else f.default
+    if kind == "bool":
+        return dict(action="store_true")
+    keywords = dict(default=default, type={"int": int, "float": float}.get(kind, str))
+    rule = f.metadata["rule"]
+    if isinstance(rule, Choice):  # shown in --help; a bad value gets the rule's message, like every option
+        keywords["metavar"] = "{" + ",".join(rule.choices) + "}"
+    return keywords
+
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The training options, shared by every launcher's command line (help in the user's language;
     no torch import, so ``ddp-tutorial train --help`` answers at once)."""
     from .i18n import t
-    d = TrainConfig.__dataclass_fields__
     g = parser.add_argument_group(t("cli.group_training"))
-    g.add_argument("--dataset", default=None, help=t("cli.dataset"))
-    g.add_argument("--root", default=None, help=t("cli.root"))
-    g.add_argument("--epochs", type=int, default=d["epochs"].default, help=t("cli.epochs"))
-    g.add_argument("--batch-size", type=int, default=d["batch_size"].default, help=t("cli.batch_size"))
-    g.add_argument("--lr", type=float, default=d["lr"].default, help=t("cli.lr"))
-    g.add_argument("--scale-lr", nargs="?", const="linear", default="none", choices=("none", "linear", "sqrt"),
-                   help=t("cli.scale_lr"))
-    g.add_argument("--warmup-steps", type=int, default=d["warmup_steps"].default, help=t("cli.warmup_steps"))
-    g.add_argument("--seed", type=int, default=d["seed"].default, help=t("cli.seed"))
-    g.add_argument("--num-layers", type=int, default=d["num_layers"].default, help=t("cli.num_layers"))
-    g.add_argument("--hidden", type=int, default=d["hidden"].default, help=t("cli.hidden"))
-    g.add_argument("--backend", default="auto", help=t("cli.backend"))
-    g.add_argument("--device", default="auto", help=t("cli.device"))
-    g.add_argument("--timeout", type=float, default=d["timeout"].default, help=t("cli.timeout"))
-    g.add_argument("--threads", type=int, default=None, help=t("cli.threads"))
-    g.add_argument("--checkpoint-dir", default=None, help=t("cli.checkpoint_dir"))
-    g.add_argument("--resume", action="store_true", help=t("cli.resume"))
-    g.add_argument("--json", default=None, help=t("cli.json"))
-    g.add_argument("--train-subset", type=int, default=None, help=t("cli.train_subset"))
-    g.add_argument("--no-eval", dest="evaluate", action="store_false", help=t("cli.no_eval"))
-    g.add_argument("--progress", dest="progress", action="store_true", default=None, help=t("cli.progress"))
-    g.add_argument("--no-progress", dest="progress", action="store_false", help=t("cli.no_progress"))
-    g.add_argument("--quiet", action="store_true", help=t("cli.quiet"))
+    for f in fields(TrainConfig):
+        for flag, keywords, help_key in f.metadata["flags"]:
+            g.add_argument(flag, dest=f.name, help=t(help_key), **keywords)
+        if not f.metadata["flags"]:
+            g.add_argument(validate.option_name(f.name), dest=f.name, help=t(f.metadata["help"]),
+                           **{**_argparse_keywords(f), **f.metadata["cli"]})
     return parser
 
 
@@ -113,6 +174,10 @@ def add_launch_arguments(parser: argparse.ArgumentParser, nodes: bool = True) ->
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The checked :class:`TrainConfig` that ``args`` describe; with the launch options, the number of
+    processes is checked first (this machine must be able to start them)."""
+    if getattr(args, "nproc_per_node", None) is not None:
+        validate.check_processes(args.nproc_per_node)
     names = {f.name for f in fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in names and v is not None}
     return TrainConfig(**values).validate()

@@ -1,4 +1,4 @@
-"""Step 2 — the data: every training process loads the staged set into memory, once.
+"""Step 3 of the story — the data: every training process loads the staged set into memory, once.
 
 The seed tutorial gives each process a ``DataLoader`` over ``MNIST(root, download=True)``:
 every sample goes through PIL and ``ToTensor`` one by one, and every process may try to

@@ -18,7 +18,8 @@ def run_and_exit(function, *args) -> int:
     except TutorialError as error:
         rank = getattr(error, "rank", None)  # set by train() in a run of several processes
         where = f" (rank {rank})" if rank is not None else ""
-        print(f"{t('error.prefix')}{where}: {error}", file=sys.stderr, flush=True)
+        if not getattr(error, "said", False):  # a lost peer says so before the group is torn down
+            print(f"{t('error.prefix')}{where}: {error}", file=sys.stderr, flush=True)
         if rank is not None or error.exit_code == exits.LOST_PEER:
             # In a run of several processes, the process group's threads may still wait in a broken
             # collective or rendezvous; a normal interpreter exit can then hang or abort and hide our

@@ -1,4 +1,4 @@
-"""The rank-0 test: accuracy on the 10 000 test images.
+"""Step 9 of the story — the rank-0 test: accuracy on the 10 000 test images.
 
 Testing is not time critical, so — as in the seed — only rank 0 does it while the others
 wait. Two details the seed missed:

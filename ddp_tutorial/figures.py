@@ -21,6 +21,8 @@ from typing import List, Optional, Union
 from .i18n import t
 
 RECORDED_NAME = "cpu-2core-fashion-mnist.json"
+# The label of each measured variant (literal message keys: grep finds every use).
+VARIANT_LABELS = {"seed": "bench.variant.seed", "package": "bench.variant.package", "bound": "bench.variant.bound"}
 
 
 def recorded_path(name: str = RECORDED_NAME) -> Path:
@@ -61,10 +63,11 @@ def scaling_figure(target: float, throughput: dict, curves: List[dict], lang: Op
     for w, r in zip(worlds, rates):
         left.annotate(say("plot.efficiency", eff=100 * throughput[str(w)]["efficiency"]), (w, r),
                       textcoords="offset points", xytext=(4, -12), fontsize=8)
-    for key, style in (("no_overlap", "v"), ("overlap", "^")):  # what communication allows (benchmarks.comm)
+    limit_labels = (("no_overlap", "v", "plot.limit_no_overlap"), ("overlap", "^", "plot.limit_overlap"))
+    for key, style, label in limit_labels:  # what communication allows (benchmarks.comm)
         points = [(int(w), rates[0] * lim[key]) for w, lim in (limits or {}).items() if lim.get(key)]
         if points:
-            left.plot(*zip(*points), style, color="tab:red", linestyle="none", label=say("plot.limit_" + key))
+            left.plot(*zip(*points), style, color="tab:red", linestyle="none", label=say(label))
     left.set_xticks(worlds)
     left.set_xlabel(say("plot.world"))
     left.set_ylabel(say("plot.throughput"))
@@ -105,7 +108,7 @@ def contention_figure(contention: dict, lang: Optional[str] = None):
     for i, variant in enumerate(variants):
         values = [contention["rows"][variant][c]["samples_per_second"] for c in conditions]
         xs = [k + (i - (len(variants) - 1) / 2) * width for k in range(len(conditions))]
-        ax.bar(xs, values, width, label=t("bench.variant." + variant, lang=lang))
+        ax.bar(xs, values, width, label=t(VARIANT_LABELS[variant], lang=lang))
     ax.set_xticks(range(len(conditions)))
     ax.set_xticklabels([t("plot.idle", lang=lang), t("plot.loaded", lang=lang, busy=contention["busy"])])
     ax.set_ylabel(t("plot.throughput", lang=lang))

@@ -1,4 +1,4 @@
-"""Does this torch build run on these GPUs with this driver? The environment check.
+"""Which torch build runs on these GPUs with this driver? The build table, the chooser, the check.
 
 A PyTorch wheel bundles its own CUDA runtime (a ``module load cuda/…`` does not change it) and
 carries compiled kernels only for some GPU generations ("compute capabilities", ``sm_XY``).
@@ -8,34 +8,46 @@ Two things can make a GPU unusable although ``nvidia-smi`` shows it:
 * the wheel has **no kernels** for the GPU's compute capability → "no kernel image is available
   for execution on the device" on the first CUDA operation.
 
-:func:`compatibility` decides this as a pure function (tested on tables in tests/test_gpu.py);
-:func:`report` prints the facts of this machine and the verdict (``ddp-tutorial env``, notebook 00).
+This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`), the
+sites' GPU nodes (:data:`SITES`) and the rule between them. It imports no torch at module level:
+``scripts/setup.sh`` asks it which build to install before torch exists
+(``python -m ddp_tutorial.gpu choose [--site truba]``, :func:`choose`), and ``ddp-tutorial env``
+/ notebook 00 print :func:`report` (the facts of this machine and the verdict, :func:`compatibility`).
 
-The table :data:`VARIANTS` is taken from PyTorch's release notes and install matrix (the
-``download.pytorch.org/whl/<variant>`` builds); it is **not checked here** (no GPU, no access to
-that index). At run time the wheel's own list, ``torch.cuda.get_arch_list()``, wins where torch
-can report it (it needs a working driver). The PyPI wheel ``torch==2.14.1`` is the cu130 build.
+The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 
-| variant | compute capabilities | driver |
-|---|---|---|
-| cu130 | sm_75 … sm_120 (Turing and newer: T4, A100, H100/H200, …) | ≥ 580 |
-| cu128 | sm_75 … sm_120 (2.8's notes drop sm_50–sm_70 from it) | ≥ 570 (≥ 525: minor-version compatibility) |
-| cu126 | sm_50 … sm_90 (Maxwell … Hopper: P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) |
+| variant | from | kernels (compute capabilities) | driver | checked |
+|---|---|---|---|---|
+| cu130 | PyPI (the plain ``pip install torch==2.14.1``) and ``download.pytorch.org/whl/cu130`` | sm_75 … sm_120: Turing and newer (T4, A100, H100/H200, B200) | ≥ 580 | arch list: here, ``torch.cuda.get_arch_list()`` of the installed wheel |
+| cu132 | ``download.pytorch.org/whl/cu132`` | sm_75 … sm_120 | ≥ 580 | release notes only |
+| cu126 | ``download.pytorch.org/whl/cu126`` | sm_50 … sm_90: Maxwell … Hopper (P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) | release notes only |
 
-Install another variant with ``bash scripts/setup.sh --cuda cu126`` (or ``--index-url URL``).
+Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` "PyTorch CUDA Support Matrix" for 2.14 (pull
+requests pytorch/pytorch#194367 and #197555, RFC #190355: 2.14 ships CUDA 12.6, 13.0 and 13.2; 12.8
+was dropped in 2.12, #178665); the driver minimums are NVIDIA's minor-version compatibility table
+(CUDA 12.x: ≥ 525, 13.x: ≥ 580). 2.14 is the last release with a CUDA 12 build (#190385): never raise
+the pin past 2.14 while P100/V100 partitions are in use. Only the cu130 row was checked on a machine
+here; the others are what PyTorch's notes say — ``ddp-tutorial env`` on a GPU node is the real check
+(at run time torch's own ``get_arch_list()`` wins over the table).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .i18n import TutorialError, t
 
 Capability = Tuple[int, int]
+
+TORCH_VERSION = "2.14.1"        # the pin (scripts/setup.sh, the container recipe in docs/truba.md)
+TORCHVISION_VERSION = "0.29.1"  # torchvision's release that goes with it
+INDEX = "https://download.pytorch.org/whl/"
 
 
 @dataclass(frozen=True)
@@ -45,15 +57,59 @@ class Variant:
     arch_list: Tuple[str, ...]
     min_driver: int  # the driver major version below which this build sees no GPU
     recommended_driver: int
+    pypi: bool = False  # the build a plain `pip install torch==TORCH_VERSION` gets
+
+    @property
+    def index_url(self) -> str:
+        return INDEX + self.name
 
 
-VARIANTS: Dict[str, Variant] = {  # newest first: the first that fits is advised
-    "cu130": Variant("cu130", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"), 580, 580),
-    "cu128": Variant("cu128", "12.8", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 525, 570),
+VARIANTS: Dict[str, Variant] = {  # the builds of TORCH_VERSION that exist, in order of preference
+    "cu130": Variant("cu130", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580, 580, pypi=True),
+    "cu132": Variant("cu132", "13.2", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580, 595),
     "cu126": Variant("cu126", "12.6", ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), 525, 560),
 }
+DEFAULT_VARIANT = next(name for name, v in VARIANTS.items() if v.pypi)
 # The minimum driver for a CUDA major version (minor-version compatibility), for builds not in the table.
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: 450, 12: 525, 13: 580}
+
+
+@dataclass(frozen=True)
+class Site:
+    """A centre's GPU partitions (their GPUs' compute capability) and the lowest driver it documents."""
+
+    name: str
+    driver: str
+    partitions: Dict[str, Capability]
+
+
+SITES: Dict[str, Site] = {
+    # TRUBA's guide (TRUBA-HPC/Belgeler, source/2-temel_bilgiler/hesaplama_kumeleri.rst and gpu.rst):
+    # P100, V100, A100, H100/H200. Its hardware page (until March 2026) showed nvidia-smi 565.57.01
+    # (CUDA 12.7) on all four partitions and named 550.90.07 (akya) and 560.35.03 (kolyoz) in its
+    # text: the lowest is used. Not checked on a TRUBA node from here.
+    "truba": Site("truba", "550.90.07", {"barbun-cuda": (6, 0), "akya-cuda": (7, 0), "palamut-cuda": (8, 0),
+                                         "kolyoz-cuda": (9, 0)}),
+}
+
+SOURCES = {
+    "builds": "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#pytorch-cuda-support-matrix "
+              "(2.14: pytorch/pytorch#194367, #197555, #190355)",
+    "drivers": "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
+    "install": "https://pytorch.org/get-started/previous-versions/",
+    "truba": "https://github.com/TRUBA-HPC/Belgeler (source/2-temel_bilgiler/hesaplama_kumeleri.rst, gpu.rst)",
+}
+
+
+def install_command(variant: str) -> str:
+    """The one command that installs ``variant`` of the pinned torch in a checkout."""
+    return f"bash scripts/setup.sh --cuda {variant}"
+
+
+def pip_command(variant: str) -> str:
+    """The same for any other environment (a container, a site venv): exact versions, that index."""
+    return (f"pip install --index-url {VARIANTS[variant].index_url} torch=={TORCH_VERSION}+{variant} "
+            f"torchvision=={TORCHVISION_VERSION}+{variant}")
 
 
 def variant_of(wheel_cuda: Optional[str]) -> Optional[str]:
@@ -96,7 +152,8 @@ def driver_major(driver_version: Optional[str]) -> Optional[int]:
 
 
 def suggest(capabilities: Sequence[Capability], driver_version: Optional[str]) -> Optional[str]:
-    """The newest variant with kernels for every GPU and a minimum driver this driver meets."""
+    """The first build of :data:`VARIANTS` (they all exist for the pinned torch) with kernels for
+    every GPU and a minimum driver this driver meets; None when none fits."""
     major = driver_major(driver_version)
     for name, variant in VARIANTS.items():
         if all(has_kernels(c, variant.arch_list) for c in capabilities) and (
@@ -144,7 +201,8 @@ def compatibility(capabilities: Sequence[Capability], driver_version: Optional[s
     caps_text = ", ".join(_cap(c) for c in capabilities)
     advice = suggest(capabilities, driver_version) if capabilities else None
     fields: Dict[str, object] = dict(cuda=wheel_cuda or "-", driver=driver_version or "?", caps=caps_text,
-                                     variant=advice or "-", command=f"bash scripts/setup.sh --cuda {advice}")
+                                     variant=advice or "-", command=install_command(advice) if advice else "-",
+                                     pip=pip_command(advice) if advice else "-", torch=TORCH_VERSION)
     if not capabilities:
         return Verdict(True, "cpu_build" if wheel is None else "no_gpu", None, fields)
     if wheel is None:
@@ -265,11 +323,90 @@ def report(lang: Optional[str] = None) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:  # python -m ddp_tutorial.gpu
+# --------------------------------------------------------------------------------------
+# Which build to install (scripts/setup.sh asks this before torch exists)
+
+
+@dataclass
+class Choice:
+    """The build to install and why (``key``/``fields``: the one-line reason, both languages)."""
+
+    variant: Optional[str]  # None: no build of the pinned torch fits
+    key: str
+    fields: Dict[str, object]
+
+    def message(self, lang: Optional[str] = None) -> str:
+        return t(self.key, lang, **self.fields)
+
+
+def _gpu_text(capabilities: Sequence[Capability]) -> str:
+    return ", ".join(f"sm_{c[0]}{c[1]}" for c in dict.fromkeys(capabilities))
+
+
+def choose(site: Optional[str] = None, gpus: Optional[Sequence[GPU]] = None,
+           driver: Optional[str] = None) -> Choice:
+    """The build of the pinned torch for this node (``gpus``/``driver``: :func:`node_facts`) or, when
+    ``site`` is given, for every GPU partition of that site (an environment shared by all of them;
+    a site given on purpose wins over the node's facts). No GPU and no site: PyPI's default build."""
+    if site is not None:
+        if site not in SITES:
+            raise TutorialError("gpu.unknown_site", name=site, choices=", ".join(SITES))
+        s = SITES[site]
+        caps = list(s.partitions.values())
+        variant = suggest(caps, s.driver)
+        fields = dict(site=site, partitions=", ".join(f"{p} {_cap(c)}" for p, c in s.partitions.items()),
+                      driver=s.driver, torch=TORCH_VERSION)
+    else:
+        caps = [g.capability for g in (gpus or []) if g.capability]
+        if not caps:
+            v = VARIANTS[DEFAULT_VARIANT]
+            return Choice(DEFAULT_VARIANT, "gpu.choice_default",
+                          dict(variant=v.name, cuda=v.cuda, driver=v.min_driver, torch=TORCH_VERSION,
+                               sites=", ".join(SITES)))
+        variant = suggest(caps, driver)
+        fields = dict(gpus=_gpu_text(caps), driver=driver or "?", torch=TORCH_VERSION)
+    if variant is None:
+        return Choice(None, "gpu.choice_none", dict(fields, gpus=_gpu_text(caps), fallback=DEFAULT_VARIANT))
+    v = VARIANTS[variant]
+    fields.update(variant=variant, cuda=v.cuda, minimum=v.min_driver, kernels=f"{v.arch_list[0]}…{v.arch_list[-1]}")
+    return Choice(variant, "gpu.choice_site" if site is not None else "gpu.choice_node", fields)
+
+
+def _choose_main(argv: Sequence[str]) -> int:
+    """``python -m ddp_tutorial.gpu choose [--site NAME] [--cuda VARIANT]`` (scripts/setup.sh): line 1 the
+    build (``cu126`` …, ``cpu``, or ``none``), line 2 its index URL (empty: PyPI's default build),
+    line 3 the pinned ``torch torchvision`` versions, line 4 why, in the user's language."""
+    parser = argparse.ArgumentParser(prog="python -m ddp_tutorial.gpu choose")
+    parser.add_argument("--site", default=None)
+    parser.add_argument("--cuda", default=None)
+    args = parser.parse_args(argv)
+    if args.cuda is not None:  # asked for by name: it must be a build that exists for the pin
+        if args.cuda != "cpu" and args.cuda not in VARIANTS:
+            raise TutorialError("gpu.unknown_variant", name=args.cuda, torch=TORCH_VERSION,
+                                choices=", ".join([*VARIANTS, "cpu"]))
+        choice = Choice(args.cuda, "gpu.choice_asked", dict(variant=args.cuda, torch=TORCH_VERSION))
+    else:
+        gpus, driver, _ = node_facts()
+        choice = choose(args.site, gpus, driver)
+    variant = VARIANTS.get(choice.variant or "")
+    print(choice.variant or "none")
+    print(INDEX + "cpu" if choice.variant == "cpu" else "" if variant is None or variant.pypi else variant.index_url)
+    print(TORCH_VERSION, TORCHVISION_VERSION)
+    print(choice.message())
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:  # python -m ddp_tutorial.gpu [choose …]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["choose"]:
+        try:
+            return _choose_main(argv[1:])
+        except TutorialError as error:
+            print(f"{t('error.prefix')}: {error}", file=sys.stderr)
+            return error.exit_code
     print(report())
     return 0 if check().ok else 1
 
 
 if __name__ == "__main__":
-    import sys
     sys.exit(main())

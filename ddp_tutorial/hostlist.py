@@ -14,11 +14,12 @@ Several groups multiply: ``r[1-2]n[1-2]`` → r1n1 r1n2 r2n1 r2n2.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import sys
-from typing import List
+from typing import List, Tuple
 
-from .i18n import TutorialError
+from .i18n import TutorialError, t
 
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -48,23 +49,26 @@ def _split_top_level(text: str) -> List[str]:
     return parts
 
 
-def _expand_group(text: str, group: str) -> List[str]:
-    values: List[str] = []
+def _group_values(text: str, group: str) -> List[Tuple[int, int, int]]:
+    """A bracket group as ``(low, high, width)`` ranges, checked and counted, nothing expanded yet."""
+    ranges: List[Tuple[int, int, int]] = []
     for item in group.split(","):
         match = _RANGE.match(item.strip())
         if not match:
             raise TutorialError("hostlist.malformed", text=text, why=f"bad range {item!r}")
-        low, high = match.group(1), match.group(2)
-        if high is None:
-            values.append(low)
-            continue
+        low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
             raise TutorialError("hostlist.malformed", text=text, why=f"range {item!r} runs backwards")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise TutorialError("hostlist.malformed", text=text, why=f"range {item!r} is too large")
-        width = len(low)
-        values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
-    return values
+        ranges.append((int(low), int(high), len(low)))
+    return ranges
+
+
+def _count(ranges: List[Tuple[int, int, int]]) -> int:
+    return sum(high - low + 1 for low, high, _ in ranges)
+
+
+def _expand_group(ranges: List[Tuple[int, int, int]]) -> List[str]:
+    return [str(n).zfill(width) for low, high, width in ranges for n in range(low, high + 1)]
 
 
 def expand_hostlist(text: str) -> List[str]:
@@ -75,18 +79,24 @@ def expand_hostlist(text: str) -> List[str]:
     for expression in _split_top_level(text.strip()):
         if not expression:
             raise TutorialError("hostlist.malformed", text=text, why="empty element")
+        if expression.startswith("["):  # '[1-3]' would make hosts named 1, 2, 3
+            raise TutorialError("hostlist.malformed", text=text, why="a host name must start with a letter or digit")
         pieces = re.split(r"(\[[^\]]*\])", expression)
-        choices = []
+        groups = []
         for piece in pieces:
             if piece.startswith("["):
-                choices.append(_expand_group(text, piece[1:-1]))
+                groups.append(_group_values(text, piece[1:-1]))
             elif piece:
                 if any(c in piece for c in "[] \t"):
                     raise TutorialError("hostlist.malformed", text=text, why=f"bad text {piece!r}")
-                choices.append([piece])
+                groups.append(piece)
+        # Count first, build after: 'n[0-9999]x[0-9999]' is 10^8 names (gigabytes) before any check.
+        count = math.prod(_count(g) for g in groups if not isinstance(g, str))
+        if len(hosts) + count > MAX_HOSTS:
+            raise TutorialError("hostlist.malformed", text=text,
+                                why=f"more than {MAX_HOSTS} hosts ({len(hosts) + count})")
+        choices = [[g] if isinstance(g, str) else _expand_group(g) for g in groups]
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
-        if len(hosts) > MAX_HOSTS:
-            raise TutorialError("hostlist.malformed", text=text, why="too many hosts")
     return hosts
 
 
@@ -95,6 +105,20 @@ def first_host(text: str) -> str:
     return expand_hostlist(text)[0]
 
 
-if __name__ == "__main__":  # python -m ddp_tutorial.hostlist 'gpu[01-03]'  → one host per line
-    for host in expand_hostlist(sys.argv[1]):
-        print(host)
+def main(argv: List[str]) -> int:
+    """``python -m ddp_tutorial.hostlist 'gpu[01-03]'`` → one host per line (exit 2 and one line
+    in the user's language for a malformed list, never a traceback)."""
+    if len(argv) != 1:
+        print(f"{t('error.prefix')}: {t('hostlist.usage')}", file=sys.stderr)
+        return 2
+    try:
+        hosts = expand_hostlist(argv[0])
+    except TutorialError as error:
+        print(f"{t('error.prefix')}: {error}", file=sys.stderr)
+        return error.exit_code
+    print("\n".join(hosts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

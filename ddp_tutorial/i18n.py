@@ -34,12 +34,21 @@ def language() -> str:
 
 @functools.lru_cache(maxsize=None)
 def messages(lang: str) -> Dict[str, str]:
-    """Every message of one language, by key (``area.name``), read from its TOML file."""
+    """Every message of one language, by key, read from its TOML file: ``area.name`` for a message of
+    ``[area]``, ``area.table.name`` for one of a sub-table such as ``[ex.shard_indices]``."""
     text = resources.files("ddp_tutorial").joinpath("messages", f"{lang}.toml").read_text("utf-8")
+    return _flatten(tomllib.loads(text))
+
+
+def _flatten(table: dict, prefix: str = "") -> Dict[str, str]:
+    """``{"ex": {"title": …, "lr_for": {"hint1": …}}}`` → ``{"ex.title": …, "ex.lr_for.hint1": …}``."""
     flat: Dict[str, str] = {}
-    for area, entries in tomllib.loads(text).items():
-        for name, message in entries.items():
-            flat[f"{area}.{name}"] = message
+    for name, value in table.items():
+        key = prefix + name
+        if isinstance(value, dict):
+            flat.update(_flatten(value, key + "."))
+        else:
+            flat[key] = value
     return flat
 
 

@@ -22,12 +22,12 @@ stands (no torch import: the launchers, the ipyparallel engines and the sbatch d
 | ``CUDA_VISIBLE_DEVICES`` | SLURM (gres), the user | which GPUs this process sees, renumbered from 0 |
 
 NCCL's own variables (``NCCL_DEBUG``, ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``) and
-``TORCH_NCCL_ASYNC_ERROR_HANDLING`` are listed in :data:`NCCL`; see :mod:`ddp_tutorial.distributed`.
+``TORCH_NCCL_ASYNC_ERROR_HANDLING`` are listed in :data:`NCCL`; see :mod:`ddp_tutorial.whoami` and
+:mod:`ddp_tutorial.process_group`.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
 
 # torchrun's variables (and the ones we export for libraries that read them)
 RANK = "RANK"
@@ -69,24 +69,3 @@ NCCL = (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, TORCH_NCCL_ASYNC_ERROR_HAND
 
 ALL = TORCHRUN + (MASTER_ADDR, MASTER_PORT) + SLURM + (CUDA_VISIBLE_DEVICES,) + NCCL
 
-
-def snapshot(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The launcher variables that are set in ``environ`` (for error reports and ``ddp-tutorial env``)."""
-    return {name: environ[name] for name in ALL if environ.get(name, "") != ""}
-
-
-def visible_gpu_count(environ: Mapping[str, str]) -> Optional[int]:
-    """How many GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible; None when it is unset (all are).
-
-    ``""`` hides every GPU; ``"0,1"`` or ``"GPU-uuid,…"`` shows as many as listed (CUDA stops at
-    the first invalid entry, e.g. ``-1``)."""
-    value = environ.get(CUDA_VISIBLE_DEVICES)
-    if value is None:
-        return None
-    count = 0
-    for item in value.split(","):
-        item = item.strip()
-        if not item or item.startswith("-"):
-            break
-        count += 1
-    return count

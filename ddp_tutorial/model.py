@@ -1,4 +1,4 @@
-"""Step 1 — the model: the seed tutorial's deep neural network (a plain MLP).
+"""Step 6 of the story — the model: the seed tutorial's deep neural network (a plain MLP).
 
 ``DeepNeuralNetwork(4, 28*28, 128, 10)`` is 784 → 128 → 128 → 128 → 10: four
 ``Linear`` layers in a ``ModuleList`` with a ReLU after every layer but the last

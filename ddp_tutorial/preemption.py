@@ -52,8 +52,20 @@ class StopRequest:
         return self
 
     def uninstall(self) -> None:
-        if self._previous is not None:
+        """The handler before :meth:`install` again — unless a stop was asked for: then SIGUSR1 stays
+        ignored (:meth:`settle`), so a second warning cannot kill the process on its way out."""
+        if self.requested:
+            self.settle()
+        elif self._previous is not None:
             signal.signal(*self._previous)
+        self._previous = None
+
+    def settle(self, signum: int = signal.SIGUSR1) -> None:
+        """The stop is decided: ignore SIGUSR1 from now on. (SLURM may send the warning twice; a
+        Python handler is reset to the default action while the interpreter exits, and the default
+        action of SIGUSR1 ends the process — exit 75 would become "killed by SIGUSR1".)"""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signum, signal.SIG_IGN)
             self._previous = None
 
     def agreed(self, distributed: bool, group=None) -> bool:

@@ -8,7 +8,9 @@ file and the message says where — a finished training is never lost.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,21 +63,21 @@ def weights_digest(model) -> str:
 
 
 def check_target(path: str) -> Path:
-    """Refuse, before any training, a ``--json`` target that could not be written at the end."""
+    """Refuse, before any training, a ``--json`` target that could not be written at the end
+    (:func:`ddp_tutorial.atomic.check_writable`: ``/dev/null``, ``/dev/stdout`` and pipes are written through)."""
     target = Path(path).expanduser()
     if target.is_dir():
         raise TutorialError("result.is_dir", path=str(target))
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".probe"):
-            pass
+        atomic.check_writable(target)
     except OSError as error:
         raise TutorialError("result.unwritable", path=str(target), why=error.strerror or str(error)) from None
     return target
 
 
 def write(path: str, result: TrainResult) -> Path:
-    """Write ``result`` as JSON atomically; on failure keep it in a fallback file and say where."""
+    """Write ``result`` as JSON atomically; on failure keep it in a fallback file and say where
+    (and when even that fails, print it on stderr: a finished training is never lost)."""
     payload = result.to_dict()
     try:
         return atomic.write_json(Path(path).expanduser(), payload)
@@ -85,6 +87,10 @@ def write(path: str, result: TrainResult) -> Path:
     try:
         atomic.write_json(fallback, payload)
     except OSError:
+        try:
+            print(json.dumps(payload, sort_keys=True, ensure_ascii=False), file=sys.stderr, flush=True)
+        except OSError:
+            pass
         raise TutorialError("result.lost", path=path, why=why,
                             sha=payload["weights_sha256"], acc=payload["test_accuracy"]) from None
     raise TutorialError("result.kept_elsewhere", path=path, why=why, fallback=str(fallback))

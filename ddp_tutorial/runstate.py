@@ -4,11 +4,14 @@
 rank-0 test). The chores it needs at fixed points are named calls on a :class:`RunState`:
 
 * before the rendezvous: the ``--json`` target and ``--checkpoint-dir`` are checked, SIGUSR1 is caught;
-* ``resume``: weights, optimizer state, position and losses from a checkpoint that fits this run;
-* ``should_stop`` / ``preempt``: all ranks agree to stop at a step boundary, rank 0 checkpoints;
-* ``lr_at``: the linear warm-up of ``--warmup-steps``;
-* ``progress``: rank 0's progress bar;
-* ``gather`` / ``end_epoch``: every rank's loss (a collective), the record, the epoch checkpoint;
+* ``begin``: the run's record; with ``--resume``, weights, optimizer state, position and losses
+  from a checkpoint that fits this run;
+* ``steps``: the step numbers of one epoch — a resumed epoch starts where it stopped; the linear
+  warm-up of ``--warmup-steps``; rank 0's progress bar; every ``STOP_CHECK_EVERY`` steps the stop
+  vote (an all-reduce: SIGUSR1 on any rank stops every rank at the same step, rank 0 checkpoints,
+  exit 75 — the only collectives that are not written in the story itself);
+* ``record`` / ``epoch_loss``: this rank's loss sum, kept on the device (no per-step sync);
+* ``end_epoch``: the gathered losses recorded, the epoch line, the epoch checkpoint;
 * ``finish``: the weights' fingerprint and the JSON result (rank 0).
 
 Any :class:`~ddp_tutorial.i18n.TutorialError` leaving the ``with RunState(...)`` block names the
@@ -22,7 +25,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -31,11 +34,13 @@ from . import checkpoint as ckpt
 from . import exits
 from . import result as results
 from .config import TrainConfig
-from .distributed import DistEnv, classify_failure, control_group
+from .failures import classify_failure
 from .i18n import TutorialError, t
+from .model import count_parameters
 from .preemption import Preempted, StopRequest
 from .result import TrainResult
 from .threads import WAIT_POLICY_VARIABLE
+from .whoami import DistEnv
 
 STOP_CHECK_EVERY = 10  # steps between two "should we stop?" votes (each is a small collective)
 
@@ -67,8 +72,9 @@ class RunState:
         self.control_group = None
         self.result: Optional[TrainResult] = None
         self.samples = 0
-        self.started = 0.0
-        self.epoch_step_losses: List[torch.Tensor] = []
+        self.started: Optional[float] = None
+        self.start = Position()
+        self.lost: Optional[TutorialError] = None
 
     # ------------------------------------------------------------------ the with block
     def __enter__(self) -> "RunState":
@@ -90,26 +96,23 @@ class RunState:
             sys.stdout.write(text + "\n")  # one write per line: ranks printing at once do not mix
             sys.stdout.flush()
 
-    def begin(self, model, optimizer, device: torch.device, backend: str, steps_per_epoch: int,
-              shape: List[int], num_parameters: int) -> Position:
-        """Record the run's setting; resume from the checkpoint when asked. Returns the start position."""
-        self.model, self.optimizer, self.device, self.backend = model, optimizer, device, backend
-        self.steps_per_epoch = steps_per_epoch
-        self.shape = shape
-        self.lr = scaled_lr(self.config, self.env.world_size)
-        if self.distributed:  # nccl: votes and loss sums on the CPU through a gloo side group
-            self.control_group = control_group()
+    def begin(self, model, optimizer, device: torch.device, control_group, steps_per_epoch: int) -> Position:
+        """Record the run's setting; resume from the checkpoint when asked. Returns the start position.
+        ``control_group``: the group of the CPU-side collectives (the gloo side group on nccl, else None)."""
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.backend = "nccl" if control_group is not None else "gloo"
+        self.control_group, self.steps_per_epoch = control_group, steps_per_epoch
+        layers = list(model.hidden_layers)
+        self.shape = [len(layers), layers[0].in_features, layers[0].out_features, layers[-1].out_features]
+        self.lr = optimizer.param_groups[0]["lr"]  # already scaled for this world size (train.py)
         self.result = TrainResult(
-            rank=self.env.rank, world_size=self.env.world_size, dataset=self.config.dataset, backend=backend,
+            rank=self.env.rank, world_size=self.env.world_size, dataset=self.config.dataset, backend=self.backend,
             device=str(device), seed=self.config.seed, lr=self.lr, batch_size=self.config.batch_size,
-            steps_per_epoch=steps_per_epoch, num_parameters=num_parameters, launcher=self.env.scheme,
+            steps_per_epoch=steps_per_epoch, num_parameters=count_parameters(model), launcher=self.env.scheme,
             num_nodes=self.env.num_nodes, scale_lr=self.config.scale_lr, warmup_steps=self.config.warmup_steps,
             threads=torch.get_num_threads(), omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
-        position = self._resume() if self.config.resume else Position()
-        if self.distributed:
-            dist.barrier(self.control_group)
-        self.started = time.perf_counter()
-        return position
+        self.start = self._resume() if self.config.resume else Position()
+        return self.start
 
     # ------------------------------------------------------------------ resume
     def _expected(self) -> dict:
@@ -123,9 +126,9 @@ class RunState:
             self.say(t("ckpt.none", path=self.config.checkpoint_dir), everyone=False)
             return Position()
         ckpt.load_into(self.config.checkpoint_dir, self.model, self.optimizer, state)
+        for group in self.optimizer.param_groups:  # this run's lr, not the one saved with the optimizer
+            group["lr"] = self.lr
         if state.get("lr") is not None and state["lr"] != self.lr:  # a new lr: applied, said, recorded
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr
             self.say(t("ckpt.lr_changed", saved=state["lr"], current=self.lr), everyone=False)
         loss_sum, steps = state.get("partial_loss", 0.0), state.get("partial_steps", 0)
         if isinstance(loss_sum, list):  # stopped mid-epoch: one entry per rank (same world size, checked)
@@ -157,6 +160,40 @@ class RunState:
         self.optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------ during the loop
+    def steps(self, epoch: int, num_batches: int) -> Iterator[int]:
+        """The step numbers of one epoch, with the chores between two steps (see the module doc)."""
+        if self.started is None:
+            self.started = time.perf_counter()  # after the start barrier: the clock of the throughput
+        first = self.start.step if epoch == self.start.epoch else 0
+        self.loss_sum, self.steps_done = (self.start.loss_sum, self.start.steps) if epoch == self.start.epoch \
+            else (0.0, 0)
+        self.running = torch.zeros((), device=self.device)
+        self.step_losses: List[torch.Tensor] = []
+        self.epoch_samples = 0
+        bar = self.progress(epoch, first)
+        try:
+            for step in range(first, num_batches):
+                if self.should_stop(step):  # SIGUSR1 on any rank: all checkpoint and leave
+                    self.preempt(epoch, step)
+                self.set_lr(epoch, step)
+                yield step
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def record(self, loss: torch.Tensor, samples: int) -> None:
+        """One step's loss, added on the device (no per-step device→host sync)."""
+        self.running += loss.detach()
+        self.step_losses.append(loss.detach())
+        self.steps_done += 1
+        self.epoch_samples += samples
+
+    def epoch_loss(self) -> Tuple[float, int]:
+        """This rank's loss sum and number of batches so far in this epoch (one device→host copy)."""
+        return self.loss_sum + self.running.item(), self.steps_done
+
     def set_lr(self, epoch: int, step: int) -> None:
         """``--warmup-steps N``: the learning rate rises linearly from lr/N to lr over the first N steps."""
         warmup, done = self.config.warmup_steps, epoch * self.steps_per_epoch + step
@@ -168,12 +205,18 @@ class RunState:
         """Every ``STOP_CHECK_EVERY`` steps, all ranks vote: did any of them get SIGUSR1?"""
         return step % STOP_CHECK_EVERY == 0 and self.stop.agreed(self.distributed, self.control_group)
 
-    def preempt(self, epoch: int, step: int, loss_sum: float, steps: int) -> None:
+    def preempt(self, epoch: int, step: int) -> None:
         """Checkpoint where every rank stands (rank 0 writes), then leave with exit code 75."""
-        partials = self.gather(loss_sum, steps)
-        self.save(epoch, step, [p[0] for p in partials], [int(p[1]) for p in partials])
+        loss_sum, steps = self.epoch_loss()
+        mine = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
+        partials = [mine]
         if self.distributed:
-            dist.barrier(self.control_group)  # nobody exits before the checkpoint is on disk
+            partials = [torch.zeros_like(mine) for _ in range(self.env.world_size)]
+            dist.all_gather(partials, mine, group=self.control_group)
+        self.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials])
+        if self.distributed:
+            dist.barrier(group=self.control_group)  # nobody exits before the checkpoint is on disk
+        self.stop.settle()  # from here on, another SIGUSR1 changes nothing (exit 75, not death by signal)
         key = "train.preempted" if self.config.checkpoint_dir else "ckpt.nothing_saved"
         self.say(t(key, rank=self.env.rank, epoch=epoch, step=step, code=exits.REQUEUE))
         raise Preempted()
@@ -189,24 +232,15 @@ class RunState:
             return None
         return tqdm(total=self.steps_per_epoch, initial=first, desc=f"epoch {epoch}", unit="batch", leave=False)
 
-    def gather(self, loss_sum: float, steps: int) -> List[Tuple[float, float]]:
-        """Every rank's (loss sum, steps): an all_gather on the CPU (through gloo)."""
-        totals = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
-        if not self.distributed:
-            return [tuple(totals.tolist())]
-        if self.backend == "nccl" and self.control_group is None:
-            totals = totals.to(self.device)
-        gathered = [torch.zeros_like(totals) for _ in range(self.env.world_size)]
-        dist.all_gather(gathered, totals, group=self.control_group)
-        return [tuple(g.tolist()) for g in gathered]
-
-    def end_epoch(self, epoch: int, rank_sums: List[float], mean_loss: float, step_losses: list,
-                  samples: int) -> None:
-        self.samples += samples
+    def end_epoch(self, epoch: int, totals: List[torch.Tensor]) -> None:
+        """``totals``: every rank's (loss sum, batches) of this epoch, as gathered in the story."""
+        rank_sums = [float(total[0]) for total in totals]
+        mean_loss = sum(rank_sums) / max(1.0, sum(float(total[1]) for total in totals))
+        self.samples += self.epoch_samples
         self.result.epochs.append(mean_loss)
         self.result.rank_losses.append(rank_sums)
-        if step_losses:
-            self.result.step_losses += torch.stack(step_losses).tolist()  # one device→host copy per epoch
+        if self.step_losses:
+            self.result.step_losses += torch.stack(self.step_losses).tolist()  # one device→host copy per epoch
         rate = self.samples * self.env.world_size / max(time.perf_counter() - self.started, 1e-9)
         self.say(t("train.epoch_summary", epoch=epoch, world_size=self.env.world_size, loss=mean_loss,
                    rate=rate), everyone=False)
@@ -224,19 +258,23 @@ class RunState:
         self.say(t("ckpt.saved", path=path, epoch=epoch, step=step))
         return True
 
-    def lost_peer(self, error: BaseException) -> None:
-        """A collective failed because another rank died: raise our message (exit code 3) instead."""
+    def lost_peer(self, error: BaseException) -> Optional[TutorialError]:
+        """A collective failed because another rank died: our message (exit code 3), said at once —
+        before the process group is torn down — and returned; None for any other failure."""
         text = str(error)
-        if self.distributed and classify_failure(text, self.backend) == "lost_peer":
-            lost = TutorialError("train.lost_peer", rank=self.env.rank, detail=text.strip().splitlines()[0][:200])
-            lost.exit_code = exits.LOST_PEER  # a consequence of another rank's failure (spawn's supervisor)
-            raise lost from None
+        if not (self.distributed and classify_failure(text, self.backend) == "lost_peer"):
+            return None
+        lost = TutorialError("train.lost_peer", rank=self.env.rank, detail=text.strip().splitlines()[0][:200])
+        lost.exit_code = exits.LOST_PEER  # a consequence of another rank's failure (spawn's supervisor)
+        print(f"{t('error.prefix')} (rank {self.env.rank}): {lost}", file=sys.stderr, flush=True)
+        lost.said = True  # entry.run_and_exit: only the exit code is left to give
+        return lost
 
     # ------------------------------------------------------------------ the end
     def finish(self, accuracy: Optional[float]) -> TrainResult:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        self.result.train_seconds = time.perf_counter() - self.started
+        self.result.train_seconds = time.perf_counter() - (self.started or time.perf_counter())
         self.result.samples_per_second = self.samples * self.env.world_size / max(self.result.train_seconds, 1e-9)
         self.result.test_accuracy = accuracy
         self.result.weights_sha256 = results.weights_digest(self.model)

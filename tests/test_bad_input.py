@@ -169,6 +169,22 @@ def cases(p) -> Dict[str, Case]:
         "resume-without-checkpoint-dir": Case("ddp-tutorial", ["train", *data, "--resume"],
                                                   both=("--resume", "--checkpoint-dir"), en=("needs",),
                                                   tr=("gerekir",)),
+        # Issue 25, the hostile sweep's round 3: options refused before any work is done.
+        "json-empty": Case("ddp-tutorial", ["train", *data, "--json", ""], both=("--json=''",),
+                           en=("not empty", "leave the option out"), tr=("boş olmayan", "hiç vermeyin")),
+        "checkpoint-dir-empty": Case("spawn", ["--nproc-per-node", "1", *data, "--checkpoint-dir", ""],
+                                     both=("--checkpoint-dir=''",), en=("not empty",), tr=("boş olmayan",)),
+        "json-is-the-checkpoint-file": Case(
+            "train", [*data, "--checkpoint-dir", str(p["file"].with_name("c03")),
+                      "--json", str(p["file"].with_name("c03") / "checkpoint.pt")],
+            both=(str(p["file"].with_name("c03") / "checkpoint.pt"),), en=("is the checkpoint file",),
+            tr=("kontrol noktası dosyasının",)),
+        "model-too-large": Case(  # an unstaged root: without the bound this fails on the data, not in torch
+            "ddp-tutorial", ["train", *data, "--root", str(p["empty"]), "--hidden", "65536", "--num-layers", "64"],
+            both=("--num-layers 64", "--hidden 65536", "GiB"), en=("parameters",), tr=("parametre",)),
+        "too-many-processes": Case(  # --epochs -1: without the bound this fails on --epochs, starting nothing
+            "spawn", ["--nproc-per-node", "100000", *data, "--epochs", "-1"], both=("--nproc-per-node 100000",),
+            en=("more than this machine can run",), tr=("çalıştırabileceğinden fazla",)),
     }
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_tutorial.distributed import find_free_port
+from ddp_tutorial.whoami import find_free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 

@@ -171,3 +171,34 @@ def test_an_unusable_output_path_is_a_message_not_a_traceback(lang, tmp_path):
         assert report["code"] == 2 and "Traceback" not in stderr, stderr
         assert str(named) in stderr and {"en": "Cannot use", "tr": "kullanılamıyor"}[lang] in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_a_process_count_this_machine_cannot_hold_is_refused_first(lang, tiny_root):
+    # F01 (issue 25): refused before anything starts. The bad --epochs is there so that, without the
+    # bound, this test fails on the --epochs message instead of starting 100000 processes.
+    report, stdout, stderr = run("train", "--nproc-per-node", "100000", "--root", str(tiny_root), "--epochs", "-1",
+                                 lang=lang)
+    assert report["code"] == 2 and "Traceback" not in stderr
+    assert "--nproc-per-node 100000" in stderr and "--epochs" not in stderr
+    assert {"en": "more than this machine can run", "tr": "çalıştırabileceğinden fazla"}[lang] in stderr
+
+
+def test_choices_and_defaults_come_from_the_option_table():
+    # One definition per option (issue 23): --help lists each choice rule's values; a bad value gets
+    # the same rule's message as every other option; the command line's defaults are the table's.
+    from dataclasses import MISSING, fields
+
+    from ddp_tutorial.config import TRAIN_RULES, TrainConfig, add_train_arguments
+    from ddp_tutorial.validate import Choice
+
+    parser = add_train_arguments(argparse.ArgumentParser())
+    helps = parser.format_help()
+    for name, rule in TRAIN_RULES.items():
+        if isinstance(rule, Choice):
+            assert "{" + ",".join(rule.choices) + "}" in helps, name
+    defaults = vars(parser.parse_args([]))
+    for f in fields(TrainConfig):
+        assert defaults[f.name] == (None if f.default is MISSING else f.default), f.name
+    _, _, stderr = run("train", "--scale-lr", "cubic")
+    assert "Invalid --scale-lr='cubic': it must be one of none, linear, sqrt." in stderr

@@ -25,6 +25,8 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.idx_files import label_bytes, write_mnist_like
 
+from data_fixtures import genuine_mnist_root  # noqa: F401,E402  (fixture: genuine MNIST, staged by scripts/test.sh)
+
 REPO = Path(__file__).resolve().parents[1]
 N_TRAIN, N_TEST = 300, 60
 
@@ -164,6 +166,21 @@ def test_fashion_mnist_from_debian(fashion_root):
     assert torch.bincount(train.labels).tolist() == [6000] * 10
     x, _ = train.batch(torch.arange(60000))  # the whole set in one go: mean of batch() too
     assert round(x.mean().item(), 3) == 0.286
+
+
+# genuine_mnist_root: staged offline through pip by scripts/fetch_mnist.py (scripts/test.sh); skips where the
+# archive could not be had.
+def test_genuine_mnist_loads_like_torchvision(genuine_mnist_root):
+    train = data.load("mnist", genuine_mnist_root, train=True)
+    test = data.load("mnist", genuine_mnist_root, train=False)
+    assert (len(train), len(test)) == (60000, 10000)
+    assert train.classes == MNIST.classes and train.classes[0] == "0 - zero"
+    pixels = train.images.float().div(255)
+    # The normalisation constants every MNIST tutorial quotes: mean 0.1307, std 0.3081.
+    assert round(pixels.mean().item(), 4) == 0.1307 and round(pixels.std().item(), 4) == 0.3081
+    assert torch.bincount(test.labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    reference = MNIST(str(genuine_mnist_root), train=False, download=False)
+    assert torch.equal(test.images, reference.data) and torch.equal(test.labels, reference.targets.long())
 
 
 # ------------------------------------------------------------------ concurrency

@@ -9,10 +9,11 @@ equal those of one process that saw the N·B samples as one batch. Real processe
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ddp_tutorial.distributed import destroy_process_group, find_free_port, init_process_group, resolve_environment
+from ddp_tutorial.process_group import join
+from ddp_tutorial.whoami import find_free_port, resolve_environment
 from ddp_tutorial.model import DeepNeuralNetwork
-from ddp_tutorial.sampling import epoch_indices, index_batches, make_sampler
-from ddp_tutorial.spawn import run_processes
+from ddp_tutorial.sampling import epoch_indices, make_sampler
+from ddp_tutorial.supervisor import run_processes
 
 N, B, STEPS, SAMPLES = 3, 8, 5, 3 * 8 * 5
 
@@ -38,17 +39,17 @@ def train_steps(model, optimizer, x, y, batches):
 def ddp_worker(rank, port, out_path):
     torch.set_num_threads(1)
     env = resolve_environment(rank=rank, world_size=N, master_addr="127.0.0.1", master_port=port)
-    init_process_group(env, "gloo", timeout_seconds=60)
+    join(env, "gloo", 60)
     x, y = fixed_data()
     model = DistributedDataParallel(new_model())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     # The sampler without shuffling gives rank r the samples r, r+N, r+2N, …: batch j of all
     # ranks together is exactly the samples j·N·B … (j+1)·N·B − 1.
-    mine = index_batches(epoch_indices(make_sampler(SAMPLES, N, rank, 0, shuffle=False), 0), B)
+    mine = torch.split(epoch_indices(make_sampler(SAMPLES, N, rank, 0, shuffle=False), 0), B)
     train_steps(model, optimizer, x, y, mine)
     if rank == 0:
         torch.save(model.module.state_dict(), out_path)
-    destroy_process_group()
+    torch.distributed.destroy_process_group()
 
 
 def test_n_ranks_times_b_equals_one_process_times_n_b(tmp_path):
@@ -59,7 +60,7 @@ def test_n_ranks_times_b_equals_one_process_times_n_b(tmp_path):
     x, y = fixed_data()
     single = new_model()
     optimizer = torch.optim.Adam(single.parameters(), lr=1e-2)
-    together = index_batches(epoch_indices(make_sampler(SAMPLES, 1, 0, 0, shuffle=False), 0), N * B)
+    together = torch.split(epoch_indices(make_sampler(SAMPLES, 1, 0, 0, shuffle=False), 0), N * B)
     assert len(together) == STEPS
     train_steps(single, optimizer, x, y, together)
 
@@ -75,10 +76,10 @@ def test_without_averaging_the_ranks_would_drift_apart():
     single = new_model()
     optimizer = torch.optim.Adam(single.parameters(), lr=1e-2)
     in_order = epoch_indices(make_sampler(SAMPLES, N, 0, 0, shuffle=False), 0)
-    train_steps(single, optimizer, x, y, index_batches(in_order, B))
+    train_steps(single, optimizer, x, y, torch.split(in_order, B))
     reference = new_model()
     opt2 = torch.optim.Adam(reference.parameters(), lr=1e-2)
-    train_steps(reference, opt2, x, y, index_batches(torch.arange(SAMPLES), N * B))
+    train_steps(reference, opt2, x, y, torch.split(torch.arange(SAMPLES), N * B))
     differs = any(not torch.allclose(a, b, atol=1e-5) for a, b in
                   zip(single.state_dict().values(), reference.state_dict().values()))
     assert differs

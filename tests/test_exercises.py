@@ -1,19 +1,21 @@
 """The notebooks' checked exercises, three ways, in both languages: the shipped placeholder says
-"not done" and raises nothing; a typical wrong answer gets its specific message; the solution
-passes. The distributed ones run on two real ipyparallel engines inside a gloo process group
-(started once for this module). Attendee code is compiled from source text, as a notebook cell
-is, so it travels to the engines by value and its lines are in the line cache.
+"not done" and raises nothing; the typical wrong answer kept beside each exercise
+(``Exercise.wrong``) gets its specific message; the solution passes. The distributed ones run on
+two real ipyparallel engines inside a gloo process group (started once for this module). Attendee
+code is compiled from source text, as a notebook cell is, so it travels to the engines by value and
+its lines are in the line cache.
 """
 
 from __future__ import annotations
 
 import linecache
+import string
 import textwrap
 
 import pytest
 
 from ddp_tutorial import exercises as ex
-from ddp_tutorial import ipp
+from ddp_tutorial import i18n, ipp
 from ddp_tutorial.exercises.core import CORRECT, NOT_DONE, WRONG
 
 pytestmark = pytest.mark.exercises
@@ -51,14 +53,14 @@ def lang(request, monkeypatch):
     return request.param
 
 
-def placeholder(exercise):
-    if exercise.name == "fixed_sbatch":
-        return ex.SEED_SBATCH
-    return cell(f'''
-        def {exercise.name}(*args):
-            """The shipped placeholder."""
-            ...  # YOUR CODE HERE
-    ''', exercise.name)
+def placeholder(exercise, lang):
+    """The exercise's cell exactly as the notebook ships it, run."""
+    return cell(exercise.placeholder(lang), exercise.name)
+
+
+def literal_pieces(key, lang):
+    """The text of message ``key`` around its fields: every piece is in a text made from it."""
+    return [literal for literal, *_ in string.Formatter().parse(i18n.messages(lang)[key]) if literal.strip()]
 
 
 def test_at_least_twelve_exercises_over_notebooks_01_to_06():
@@ -68,10 +70,31 @@ def test_at_least_twelve_exercises_over_notebooks_01_to_06():
 
 
 @pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.name)
+def test_every_exercise_has_its_texts_and_a_typical_wrong_answer(exercise):
+    """Its texts sit in its own table [ex.<name>] in both languages; its typical wrong answer names a
+    diagnosis from that table."""
+    for lang in i18n.LANGUAGES:
+        table = {k for k in i18n.messages(lang) if k.startswith(f"ex.{exercise.name}.")}
+        assert set(exercise.message_keys()) <= table, (lang, set(exercise.message_keys()) - table)
+        assert exercise.wrong.key in table
+    assert exercise.wrong.key not in exercise.message_keys()
+    assert exercise.name in exercise.wrong.code
+
+
+@pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.name)
+def test_task_is_the_notebooks_markdown_in_each_language(exercise):
+    english, turkish = exercise.task("en"), exercise.task("tr")
+    assert english.startswith("### Exercise") and turkish.startswith("### Alıştırma") and english != turkish
+    assert exercise.placeholder("en").startswith(f"# EXERCISE {exercise.name}\n")
+    assert "YOUR CODE HERE" in exercise.placeholder("en") and "KODUNUZU BURAYA YAZIN" in exercise.placeholder("tr")
+
+
+@pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.name)
 def test_placeholder_is_not_done_and_raises_nothing(exercise, lang, capsys):
-    outcome = exercise.evaluate(placeholder(exercise))
+    outcome = exercise.evaluate(placeholder(exercise, lang))
     assert outcome.status == NOT_DONE
     assert ("not done yet" if lang == "en" else "henüz yapılmadı") in outcome.text
+    capsys.readouterr()
     exercise.check(None)  # the value left at None: also "not done", printed
     assert exercise.name in capsys.readouterr().out
 
@@ -89,75 +112,47 @@ def test_check_finds_the_answer_in_the_callers_namespace(capsys):
 
 @pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.name)
 def test_hints_have_two_levels_and_solution_shows_code(exercise, lang, capsys):
-    exercise._hints_shown = 0
+    exercise.reset_hints()
     exercise.hint()
     exercise.hint()
     first, second = capsys.readouterr().out.strip().split("\n")
     assert first.startswith("Hint 1:" if lang == "en" else "İpucu 1:") and first != second
     assert second.startswith("Hint 2:" if lang == "en" else "İpucu 2:")
+    exercise.reset_hints()
+    exercise.hint()
+    assert capsys.readouterr().out == first + "\n"  # after reset_hints(), the first hint again
     exercise.solution()
     shown = capsys.readouterr().out
     assert shown.startswith("Solution:" if lang == "en" else "Çözüm:") and exercise.code.strip() in shown
 
 
-# Typical wrong answers: (source defining the name, the message in English, in Turkish)
-WRONG_ANSWERS = {
-    "global_rank": ("def global_rank(node_rank, local_rank, gpus_per_node):\n    return node_rank + local_rank",
-                    "your function gives 1, but the seed's formula gives 3",
+# What the typical wrong answers (Exercise.wrong) are told, word for word, for the exercises of today:
+# (English, Turkish). A new exercise needs no line here: its diagnosis is checked from its message.
+SPECIFIC_TEXT = {
+    "global_rank": ("your function gives 1, but the seed's formula gives 3",
                     "fonksiyonunuz 1 veriyor, kaynak öğreticinin formülü ise 3"),
-    "mlp_parameters": ("def mlp_parameters(num_layers, input_features, hidden, classes):\n"
-                       "    return input_features * hidden + (num_layers - 2) * hidden * hidden + hidden * classes",
-                       "you gave 65: that counts the weights only; the model has 73",
+    "mlp_parameters": ("you gave 65: that counts the weights only; the model has 73",
                        "65 verdiniz: bu yalnızca ağırlıkları sayar; modelin 73"),
-    "shard_indices": ("def shard_indices(num_samples, world_size, rank, seed, epoch):\n    import torch\n"
-                      "    g = torch.Generator(); g.manual_seed(seed + epoch)\n"
-                      "    return torch.randperm(num_samples, generator=g).tolist()[rank::world_size]",
-                      "Rank 1 of 3 with 10 samples (seed 0, epoch 0) got 3 indices",
+    "shard_indices": ("Rank 1 of 3 with 10 samples (seed 0, epoch 0) got 3 indices",
                       "Listeyi dünya boyutunun katına tamamladınız mı"),
-    "steps_per_epoch": ("def steps_per_epoch(num_samples, world_size, batch_size):\n"
-                        "    return num_samples // world_size // batch_size",
-                        "you gave 468, but the training loop makes 469",
+    "steps_per_epoch": ("you gave 468, but the training loop makes 469",
                         "468 verdiniz, ama eğitim döngüsü epoch başına 469"),
-    "epoch_orders": ("def epoch_orders(sampler, epochs):\n    return [list(iter(sampler)) for epoch in range(epochs)]",
-                     "Epoch 1 repeats epoch 0's order", "Epoch 1, epoch 0'ın sırasını tekrarlıyor"),
-    "mean_over_ranks": ("def mean_over_ranks(tensor):\n    import torch.distributed as dist\n"
-                        "    dist.all_reduce(tensor)\n    return tensor",
-                        "Rank 0 returned [4.5, 2.0, -2.0]: that is the sum over the 2 ranks",
+    "epoch_orders": ("Epoch 1 repeats epoch 0's order", "Epoch 1, epoch 0'ın sırasını tekrarlıyor"),
+    "mean_over_ranks": ("Rank 0 returned [4.5, 2.0, -2.0]: that is the sum over the 2 ranks",
                         "Rank 0 [4.5, 2.0, -2.0] döndürdü: bu 2 rank üzerindeki toplam"),
-    "average_gradients": ("def average_gradients(model):\n    import torch.distributed as dist\n"
-                          "    for p in model.parameters():\n        dist.all_reduce(p.grad)",
-                          "you summed them but did not divide by the world size",
+    "average_gradients": ("you summed them but did not divide by the world size",
                           "topladınız ama dünya boyutuna bölmediniz"),
-    "train_ddp_steps": ("def train_ddp_steps(model, batches, lr):\n    import torch\n"
-                        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
-                        "    for images, labels in batches:\n        optimizer.zero_grad()\n"
-                        "        torch.nn.functional.cross_entropy(model(images), labels).backward()\n"
-                        "        optimizer.step()\n    return model",
-                        "Your weights differ between ranks after step 1",
+    "train_ddp_steps": ("Your weights differ between ranks after step 1",
                         "Ağırlıklarınız 1. adımdan sonra rank'ler arasında farklı"),
-    "evaluate_rank0": ("def evaluate_rank0(ddp_model, images, labels, rank):\n    import torch\n"
-                       "    if rank != 0:\n        return None\n    with torch.no_grad():\n"
-                       "        return (ddp_model(images).argmax(1) == labels).float().mean().item() * 100",
-                       "you called the DDP wrapper itself", "doğrudan DDP sarmalayıcısını çağırdınız"),
-    "fixed_sbatch": ("from ddp_tutorial.exercises import SEED_SBATCH\n"
-                     "fixed_sbatch = SEED_SBATCH.replace('#SBACTH', '#SBATCH').replace('01_distributed.p\\n', "
-                     "'01_distributed.py\\n')",
-                     "MASTER_PORT=12900 is one fixed port", "MASTER_PORT=12900 tek, sabit bir port"),
-    "master_addr": ("def master_addr(nodelist):\n    return nodelist.split(',')[0]",
-                    "you gave 'gpu[01-03', but the first host (where rank 0 runs) is 'gpu01'",
+    "evaluate_rank0": ("you called the DDP wrapper itself", "doğrudan DDP sarmalayıcısını çağırdınız"),
+    "fixed_sbatch": ("MASTER_PORT=12900 is one fixed port", "MASTER_PORT=12900 tek, sabit bir port"),
+    "master_addr": ("you gave 'gpu[01-03', but the first host (where rank 0 runs) is 'gpu01'",
                     "'gpu[01-03' verdiniz, ama ilk düğüm (rank 0'ın çalıştığı yer) 'gpu01'"),
-    "dead_rank": ("def dead_rank(log):\n    import re\n"
-                  "    return int(re.search(r'\\brank\\s*:\\s*(\\d+)', log).group(1))",
-                  "you named rank 2, but it only failed after its peer was gone; rank 3 died first",
+    "dead_rank": ("you named rank 2, but it only failed after its peer was gone; rank 3 died first",
                   "rank 2 dediniz, ama o ancak eşi gittikten sonra hata verdi; ilk ölen rank 3"),
-    "lr_for": ("def lr_for(base_lr, world_size, optimizer):\n    return base_lr * world_size",
-               "you gave 0.006 = lr × 6: that is SGD's linear rule",
+    "lr_for": ("you gave 0.006 = lr × 6: that is SGD's linear rule",
                "0,006 = lr × 6 verdiniz: bu SGD'nin doğrusal kuralı"),
 }
-
-
-def test_every_exercise_has_a_wrong_answer_test():
-    assert set(WRONG_ANSWERS) == set(ex.BY_NAME)
 
 
 def _needs_engines(exercise, request):
@@ -168,10 +163,14 @@ def _needs_engines(exercise, request):
 @pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.name)
 def test_typical_wrong_answer_gets_its_message(exercise, lang, request):
     _needs_engines(exercise, request)
-    source, english, turkish = WRONG_ANSWERS[exercise.name]
-    outcome = exercise.evaluate(cell(source, exercise.name))
+    outcome = exercise.evaluate(cell(exercise.wrong.code, exercise.name))
     assert outcome.status == WRONG, outcome.text
-    assert (english if lang == "en" else turkish) in outcome.text
+    assert outcome.key == exercise.wrong.key, outcome.text
+    for piece in literal_pieces(exercise.wrong.key, lang):
+        assert piece in outcome.text, (piece, outcome.text)
+    if exercise.name in SPECIFIC_TEXT:
+        english, turkish = SPECIFIC_TEXT[exercise.name]
+        assert (english if lang == "en" else turkish) in outcome.text
     assert "Traceback" not in outcome.text
 
 
@@ -181,6 +180,22 @@ def test_solution_passes(exercise, request):
     outcome = exercise.evaluate(solution(exercise))
     assert outcome.status == CORRECT, outcome.text
     assert "correct!" in outcome.text
+
+
+def test_an_attempt_that_replaced_torch_functions_does_not_fail_the_next_check(engines):
+    """Issue 25, X12: the engines are kept between checks; an attempt that replaces dist.all_reduce
+    there is told so, and torch is put back, so the next, correct attempt passes."""
+    patched = cell('''
+        def mean_over_ranks(tensor):
+            import torch.distributed as dist
+            dist.all_reduce = lambda *args, **kwargs: None
+            return tensor
+    ''', "mean_over_ranks")
+    outcome = ex.mean_over_ranks.evaluate(patched)
+    assert outcome.status == WRONG and outcome.key == "ex.torch_replaced", outcome.text
+    assert "torch.distributed.all_reduce" in outcome.text
+    outcome = ex.mean_over_ranks.evaluate(solution(ex.mean_over_ranks))
+    assert outcome.status == CORRECT, outcome.text
 
 
 def test_error_in_attendee_code_shows_their_line_not_a_traceback(lang):

@@ -148,7 +148,8 @@ def _fake_nvidia_smi(folder: Path, line: str) -> dict:
 
 
 CHOOSE = """
-from ddp_tutorial.distributed import choose_device, resolve_environment
+from ddp_tutorial.device_rule import choose_device
+from ddp_tutorial.whoami import resolve_environment
 from ddp_tutorial.i18n import TutorialError
 try:
     print("DEVICE", choose_device("{requested}", resolve_environment(environ={{}})))

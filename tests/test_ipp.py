@@ -170,7 +170,6 @@ def test_gpu_engines_train_on_their_gpus_while_the_kernel_stays_off_cuda(mnist_r
 def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines(mnist_root, capsys):
     """Outside a live kernel the bar is tqdm's text form, one per epoch, without timings; the
     engines keep the data set in memory for the next call (a new staging would invalidate it)."""
-    from ddp_tutorial.ipp import remote
 
     ipp.train(small_config(mnist_root, epochs=2, batch_size=64), n=2, keep=True)
     err = capsys.readouterr().err
@@ -179,7 +178,7 @@ def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines
     engines = ipp.current()
     for rank, eid in enumerate(engines.ids):  # rank 0 also holds the test split (it evaluates)
         splits = {True, False} if rank == 0 else {True}
-        assert sorted(engines.client[eid].apply_sync(remote.cached_data)) == sorted(
+        assert sorted(engines.client[eid].apply_sync(_cached_data)) == sorted(
             ("mnist", str(mnist_root), split) for split in splits)
     results = ipp.train(small_config(mnist_root, epochs=1), n=2, keep=True, progress=False)
     assert results[0].test_accuracy > 80
@@ -237,3 +236,9 @@ def test_the_watchdog_ends_what_it_guards_when_its_kernel_dies(how):
     while alive(watchdog_pid) and time.monotonic() - began < 10:
         time.sleep(0.05)
     assert not alive(watchdog_pid)  # its work done, the watchdog leaves too
+
+
+def _cached_data() -> list:
+    """(data set, root, train split) of what an engine keeps in memory (runs on the engine)."""
+    from ddp_tutorial.ipp import remote
+    return [key[:3] for key in remote._DATA_CACHE]

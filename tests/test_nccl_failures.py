@@ -1,5 +1,5 @@
 """Who failed first? The failure classifier (distributed.classify_failure) on recorded NCCL/gloo log
-lines, the victim rule of spawn's supervisor (spawn.first_failure) on recorded exit codes, and the
+lines, the victim rule of spawn's supervisor (supervisor.first_failure) on recorded exit codes, and the
 supervisor itself with real processes: a watchdog abort (SIGABRT) is reported as a consequence."""
 
 import os
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_tutorial.distributed import WATCHDOG_LINE, classify_failure
-from ddp_tutorial.spawn import first_failure, is_consequence, locate
+from ddp_tutorial.failures import WATCHDOG_LINE, classify_failure
+from ddp_tutorial.supervisor import first_failure, is_consequence, locate
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -154,7 +154,7 @@ def only_victims(local_rank: int) -> None:
 
 
 def supervise(name: str) -> int:  # run in a fresh interpreter, its stderr a file (as under SLURM)
-    from ddp_tutorial.spawn import run_processes
+    from ddp_tutorial.supervisor import run_processes
     return run_processes(2, globals()[name], ())
 
 

@@ -132,3 +132,40 @@ def test_parser_rejects_an_untranslated_markdown_cell(tmp_path):
     also_bad.write_text("=== md en\nEnglish without Turkish.\n")
     with pytest.raises(ValueError, match="md tr"):
         build.parse(also_bad)
+
+
+def test_text_before_the_first_block_is_refused_not_dropped(tmp_path, capsys):
+    """Issue 25, N01d: a forgotten '=== md tr' header lost the notebook's introduction without a word."""
+    build = load_build()
+    bad = tmp_path / "95_bad.cells"
+    bad.write_text("\n# Giriş\nBu paragraf kaybolurdu.\n=== md en\n# Intro\n=== code\nprint(1)\n")
+    with pytest.raises(ValueError, match=r"95_bad.cells:2: text before the first '=== ' line would be lost"):
+        build.parse(bad)
+    blank_first = tmp_path / "94_ok.cells"
+    blank_first.write_text("\n\n=== md tr\nMetin.\n=== md en\nText.\n")  # blank lines lose nothing
+    assert build.parse(blank_first) == [("md", {"tr": "Metin.", "en": "Text."})]
+    build.SOURCES = tmp_path  # the command line: a clear message, nothing written
+    assert build.main(["95"]) == 2
+    assert "95_bad.cells:2: text before the first" in capsys.readouterr().err
+    assert not (NOTEBOOKS / "en" / "95_bad.ipynb").exists()
+
+
+def test_an_exercise_line_becomes_its_cells(tmp_path):
+    """'=== exercise NAME': the task from the messages, the optional code shown first, the attendee's
+    cell and the check cell, in each language; an unknown name is refused."""
+    from ddp_tutorial import exercises
+    build = load_build()
+    src = tmp_path / "92_ex.cells"
+    src.write_text("=== exercise steps_per_epoch\nprint(⟪'önce'‖'first'⟫)\n=== exercise lr_for\n")
+    for lang in ("tr", "en"):
+        cells = [(c.cell_type, c.source) for c in build.build(src, lang).cells]
+        steps, lr = exercises.steps_per_epoch, exercises.lr_for
+        first = "print('önce')" if lang == "tr" else "print('first')"
+        assert cells == [
+            ("markdown", steps.task(lang)), ("code", first), ("code", steps.placeholder(lang)),
+            ("code", build.CHECK_CELL.format("steps_per_epoch")),
+            ("markdown", lr.task(lang)), ("code", lr.placeholder(lang)), ("code", build.CHECK_CELL.format("lr_for"))]
+    unknown = tmp_path / "91_bad.cells"
+    unknown.write_text("=== exercise no_such_thing\n")
+    with pytest.raises(ValueError, match="no such exercise"):
+        build.parse(unknown)

@@ -1,6 +1,9 @@
 """What a run refuses or reports instead of silently changing: resume settings, the --json target,
-a stop request with nowhere to checkpoint, the learning-rate rules (scaling, warm-up)."""
+a stop request with nowhere to checkpoint, the learning-rate rules (scaling, warm-up), and the options
+the hostile sweep got through (empty paths, ``~``, --json on the checkpoint, a model or a process count
+too large)."""
 
+import argparse
 import json
 import math
 import os
@@ -10,12 +13,14 @@ import sys
 import pytest
 import torch
 
-from ddp_tutorial import preemption, result
-from ddp_tutorial.config import TrainConfig
+from ddp_tutorial import checkpoint, preemption, result
+from ddp_tutorial.config import (CHECKPOINT_NAME, TrainConfig, add_launch_arguments, add_train_arguments,
+                                 config_from_args)
 from ddp_tutorial.i18n import TutorialError
 from ddp_tutorial.preemption import Preempted
 from ddp_tutorial.runstate import scaled_lr
 from ddp_tutorial.train import train
+from ddp_tutorial.validate import local_process_limit, mlp_parameters, option_name
 
 
 def config(root, **kw):
@@ -101,3 +106,76 @@ def test_out_of_range_values_get_a_message_not_a_traceback(mnist_root, option, v
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, DDP_TUTORIAL_LANG="tr"))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and option in done.stderr and "olmalı" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Option bugs of the hostile sweep, round 3 (issue 25): each refused before any work is done.
+
+
+@pytest.mark.parametrize("field", ["json", "checkpoint_dir", "root"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_path_is_refused_not_a_feature_silently_turned_off(field, value, monkeypatch):
+    # B07: `--json "$OUT" --checkpoint-dir "$CKPT"` with unset variables ran to rc 0 and wrote nothing.
+    for lang, words in (("en", "not empty"), ("tr", "boş olmayan")):
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        with pytest.raises(TutorialError) as caught:
+            TrainConfig(**{field: value}).validated()
+        assert caught.value.key == "config.bad_value" and caught.value.fields["option"] == option_name(field)
+        assert words in str(caught.value)
+
+
+def test_tilde_is_expanded_in_checkpoint_dir_as_in_json(mnist_root, tmp_path, monkeypatch):
+    # H01: --checkpoint-dir=~/ck made a directory literally named "~" in the working directory.
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    checked = TrainConfig(checkpoint_dir="~/ck", json="~/r.json").validated()
+    assert (checked.checkpoint_dir, checked.json) == (str(home / "ck"), str(home / "r.json"))
+    train(config(mnist_root, train_subset=256, checkpoint_dir="~/ck"))
+    assert (home / "ck" / "checkpoint.pt").is_file() and list(work.iterdir()) == []
+
+
+def test_json_on_the_checkpoint_file_is_refused(tmp_path, monkeypatch):
+    # C03: --json ck/checkpoint.pt replaced the final checkpoint; the next --resume could not read it.
+    monkeypatch.chdir(tmp_path)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (tmp_path / "link").symlink_to(ck)
+    assert CHECKPOINT_NAME == checkpoint.CHECKPOINT_NAME
+    for checkpoint_dir, json_path in ((str(ck), str(ck / "checkpoint.pt")), ("ck", "ck/checkpoint.pt"),
+                                      ("ck", "./ck/../ck/checkpoint.pt"), ("link", str(ck / "checkpoint.pt"))):
+        with pytest.raises(TutorialError) as caught:
+            TrainConfig(checkpoint_dir=checkpoint_dir, json=json_path).validated()
+        assert caught.value.key == "config.json_is_checkpoint"
+        assert json_path in caught.value.text("en") and json_path in caught.value.text("tr")
+    TrainConfig(checkpoint_dir=str(ck), json=str(ck / "result.json")).validated()  # beside it is fine
+
+
+def test_a_model_too_large_is_refused_before_anything_is_allocated():
+    # B10: --hidden 65536 --num-layers 64 passed each rule, then asked torch for 16 GiB per layer.
+    with pytest.raises(TutorialError) as caught:
+        TrainConfig(hidden=65536, num_layers=64).validated()
+    assert caught.value.key == "config.model_too_large"
+    for lang in ("en", "tr"):
+        assert "--hidden 65536" in caught.value.text(lang) and "GiB" in caught.value.text(lang)
+    TrainConfig(hidden=65536, num_layers=2).validated()   # each bound alone is still allowed
+    TrainConfig(hidden=128, num_layers=64).validated()
+    # the count is the model's own
+    from ddp_tutorial.model import DeepNeuralNetwork, count_parameters
+    for layers, hidden in ((4, 128), (2, 7), (5, 33)):
+        assert mlp_parameters(layers, hidden) == count_parameters(DeepNeuralNetwork(layers, 784, hidden, 10))
+
+
+def test_more_processes_than_this_machine_can_hold_are_refused_before_any_starts():
+    # F01: --nproc-per-node 100000 went straight to run_processes (each child imports torch).
+    parser = argparse.ArgumentParser()
+    add_launch_arguments(parser, nodes=False)
+    add_train_arguments(parser)
+    limit = local_process_limit()
+    with pytest.raises(TutorialError) as caught:
+        config_from_args(parser.parse_args(["--nproc-per-node", "100000"]))
+    assert caught.value.key == "config.too_many_processes" and caught.value.fields["limit"] == limit
+    assert 8 <= limit <= 1024
+    config_from_args(parser.parse_args(["--nproc-per-node", str(limit)]))

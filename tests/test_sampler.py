@@ -3,7 +3,7 @@
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddp_tutorial.sampling import epoch_indices, index_batches, make_sampler
+from ddp_tutorial.sampling import epoch_indices, make_sampler
 
 
 def shares(n, world, epoch=0, seed=0):
@@ -45,7 +45,7 @@ class Tiny:
 def test_index_batches_match_a_dataloader_over_the_same_sampler():
     n, world, rank, bs = 300, 3, 1, 32
     data = Tiny(n)
-    ours = [data.batch(b) for b in index_batches(epoch_indices(make_sampler(n, world, rank, 5), 2), bs)]
+    ours = [data.batch(b) for b in torch.split(epoch_indices(make_sampler(n, world, rank, 5), 2), bs)]
     sampler = make_sampler(n, world, rank, 5)
     sampler.set_epoch(2)
     loader = DataLoader(TensorDataset(data.images, data.labels), batch_size=bs, sampler=sampler)

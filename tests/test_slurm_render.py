@@ -516,19 +516,48 @@ def test_own_script_on_the_command_line(tmp_path, capsys):
 def test_gpu_jobs_export_nccl_settings_unless_set(template, tmp_path):
     gpu = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2))
     assert 'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"' in gpu
-    assert 'export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"' in gpu
+    # torch's default asynchronous error handling (3) is kept: no template forces mode 1
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in gpu
     assert "NCCL_DEBUG" not in slurm.render(slurm.JobSpec(template=template, nproc_per_node=2))
     # the user's own value wins
     script = tmp_path / "show.sh"
     head = gpu.split("# ---- environment")[0]
-    script.write_text(head + 'echo "$NCCL_DEBUG $TORCH_NCCL_ASYNC_ERROR_HANDLING"\n')
+    script.write_text(head + 'echo "$NCCL_DEBUG"\n')
     shown = subprocess.run([BASH, str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
-    assert shown.stdout.split() == ["WARN", "1"]
+    assert shown.stdout.split() == ["WARN"]
     shown = subprocess.run([BASH, str(script)], capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "NCCL_DEBUG": "INFO"})
-    assert shown.stdout.split() == ["INFO", "1"]
+    assert shown.stdout.split() == ["INFO"]
     engines = slurm.render_engines(slurm.JobSpec(gpus_per_node=2))
-    assert "NCCL_DEBUG" in engines
+    assert "NCCL_DEBUG" in engines and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in engines
+
+
+def _network_of(script_text: str, tmp_path, **env) -> list:
+    """Run a rendered script's network block for real (this machine's `ip` and `getent`)."""
+    block = script_text.split("# ---- which network")[1].split("# ----")[0]
+    script = tmp_path / "net.sh"
+    script.write_text(block + 'echo "GLOO=$GLOO_SOCKET_IFNAME NCCL=$NCCL_SOCKET_IFNAME"\n')
+    done = subprocess.run([BASH, str(script)], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+def test_one_interface_rule_for_gloo_and_nccl_overridable(template, tmp_path):
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME come from one rule: the interface holding the address
+    MASTER_ADDR resolves to. DDP_TUTORIAL_IFNAME overrides both; each variable already set is kept."""
+    for spec in (slurm.JobSpec(template=template, gpus_per_node=2), slurm.JobSpec(template=template)):
+        text = slurm.render(spec)
+        assert text.index("export MASTER_ADDR=") < text.index("# ---- which network") < text.index("\nsrun ")
+        # localhost is 127.0.0.1, held by lo: the rule names lo for both
+        assert _network_of(text, tmp_path, MASTER_ADDR="localhost") == ["GLOO=lo", "NCCL=lo"]
+        assert _network_of(text, tmp_path, MASTER_ADDR="localhost", DDP_TUTORIAL_IFNAME="ib0") == [
+            "GLOO=ib0", "NCCL=ib0"]
+        assert _network_of(text, tmp_path, MASTER_ADDR="localhost", NCCL_SOCKET_IFNAME="^docker,lo") == [
+            "GLOO=lo", "NCCL=^docker,lo"]
+        # a name that does not resolve: nothing is set, gloo and NCCL choose as they would
+        assert _network_of(text, tmp_path, MASTER_ADDR="no-such-node.invalid") == ["GLOO=", "NCCL="]
 
 
 @pytest.mark.parametrize("profile", ["barbun-cuda", "akya-cuda", "palamut-cuda", "kolyoz-cuda"])

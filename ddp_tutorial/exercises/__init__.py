@@ -8,12 +8,15 @@
     ex.shard_indices.solution()
 
 See :mod:`ddp_tutorial.exercises.core` for the machinery and :mod:`.catalogue` for the exercises.
+Adding one touches three files: the module of its notebook (grader, solution, typical wrong answer, an
+``Exercise`` entry), its ``[ex.<name>]`` table in ``messages/en.toml`` and ``tr.toml``; the notebook
+source gets one line, ``=== exercise NAME``, which notebooks/build.py expands into its cells.
 """
 
 from __future__ import annotations
 
 from .catalogue import EXERCISES, LOGS, SEED_SBATCH, failed_log
-from .core import CORRECT, NOT_DONE, WRONG, Exercise, Outcome, is_placeholder
+from .core import CORRECT, NOT_DONE, PARTS, WRONG, Exercise, Outcome, WrongAnswer, is_placeholder
 
 BY_NAME = {exercise.name: exercise for exercise in EXERCISES}
 globals().update(BY_NAME)  # ex.shard_indices, ex.average_gradients, …
@@ -24,10 +27,5 @@ def get(name: str) -> Exercise:
     return BY_NAME[name]
 
 
-def of_notebook(prefix: str) -> list:
-    """The exercises of one notebook (``"02"``)."""
-    return [exercise for exercise in EXERCISES if exercise.notebook == prefix]
-
-
-__all__ = ["EXERCISES", "LOGS", "SEED_SBATCH", "failed_log", "CORRECT", "NOT_DONE", "WRONG", "Exercise",
-           "Outcome", "is_placeholder", "get", "of_notebook", *BY_NAME]
+__all__ = ["EXERCISES", "LOGS", "SEED_SBATCH", "failed_log", "CORRECT", "NOT_DONE", "PARTS", "WRONG", "Exercise",
+           "Outcome", "WrongAnswer", "is_placeholder", "get", *BY_NAME]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import re
 
-from ..i18n import TutorialError, number
-from .core import Exercise, NotDone, call, fail
+from ..i18n import TutorialError, number, t
+from .core import Exercise, NotDone, WrongAnswer, call, fail
 
 
 # ----------------------------------------------------------------------------------------------
@@ -49,26 +49,26 @@ def _sbatch_options(text):
 
 def _grade_sbatch(text):
     if not isinstance(text, str):
-        fail("sbatch_type", got=type(text).__name__)
+        fail("ex.fixed_sbatch.type", got=type(text).__name__)
     if text.strip() == SEED_SBATCH.strip():
         raise NotDone()
     for number_, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
-            fail("sbatch_typo", line=number_, code=stripped[:60])
+            fail("ex.fixed_sbatch.typo", line=number_, code=stripped[:60])
     launch = [line for line in text.splitlines() if re.search(r"\bpython\S*\s+\S+", line)]
     if not launch:
-        fail("sbatch_no_launch")
+        fail("ex.fixed_sbatch.no_launch")
     script = re.search(r"\bpython\S*\s+(\S+)", launch[-1]).group(1)
     if not script.endswith(".py"):
-        fail("sbatch_script", script=script)
+        fail("ex.fixed_sbatch.script", script=script)
     port = re.search(r"^\s*export\s+MASTER_PORT=([^#\n]*)", text, re.M)
     if not port:
-        fail("sbatch_no_port")
+        fail("ex.fixed_sbatch.no_port")
     if "SLURM_JOB_ID" not in port.group(1):
-        fail("sbatch_port", port=port.group(1).strip())
+        fail("ex.fixed_sbatch.port", port=port.group(1).strip())
     if not re.search(r"^\s*export\s+MASTER_ADDR=", text, re.M):
-        fail("sbatch_no_addr")
+        fail("ex.fixed_sbatch.no_addr")
     options = _sbatch_options(text)
     try:
         nodes = int(options.get("nodes", "1"))
@@ -77,9 +77,9 @@ def _grade_sbatch(text):
         tasks = int(options["ntasks"]) if "ntasks" in options else None
         per_node = int(options["ntasks-per-node"]) if "ntasks-per-node" in options else None
     except (ValueError, AttributeError) as error:
-        fail("sbatch_number", error=str(error))
+        fail("ex.fixed_sbatch.number", error=str(error))
     if tasks is not None and per_node is not None and tasks != nodes * per_node:
-        fail("sbatch_tasks", tasks=tasks, nodes=nodes, per_node=per_node)
+        fail("ex.fixed_sbatch.tasks", tasks=tasks, nodes=nodes, per_node=per_node)
     from ..slurm import JobSpec, validate
     try:
         per_process = max(1, cpus // max(gpus, 1))
@@ -87,7 +87,7 @@ def _grade_sbatch(text):
                          job_name=options.get("job-name", "ddp-tutorial"), account=options.get("account"),
                          partition=options.get("partition"), time=options.get("time", "00:30:00")))
     except TutorialError as error:
-        fail("sbatch_invalid", error=str(error))
+        fail("ex.fixed_sbatch.invalid", error=str(error))
     return {"world": nodes * gpus}
 
 
@@ -112,7 +112,7 @@ def _grade_master_addr(fn):
         got = call(fn, nodes)
         want = first_host(nodes)
         if got != want:
-            fail("addr_wrong", nodes=nodes, got=repr(got), want=want)
+            fail("ex.master_addr.wrong", nodes=nodes, got=repr(got), want=want)
     return {}
 
 
@@ -193,12 +193,12 @@ def _grade_dead_rank(fn):
         try:
             got = int(got)
         except (TypeError, ValueError):
-            fail("dead_type", log=number_, got=repr(got)[:60])
+            fail("ex.dead_rank.type", log=number_, got=repr(got)[:60])
         if got == dead:
             continue
         if got == survivor or got in range(world):
-            fail("dead_survivor", log=number_, got=got, dead=dead)
-        fail("dead_wrong", log=number_, got=got, world=world)
+            fail("ex.dead_rank.survivor", log=number_, got=got, dead=dead)
+        fail("ex.dead_rank.wrong", log=number_, got=got, world=world)
     return {}
 
 
@@ -222,12 +222,13 @@ def _grade_lr(fn):
         try:
             ok = abs(float(got) - want) <= 1e-9 + 1e-6 * want
         except (TypeError, ValueError):
-            fail("lr_type", got=repr(got)[:60])
+            fail("ex.lr_for.type", got=repr(got)[:60])
         if ok:
             continue
         if optimizer == "adam" and abs(float(got) - base * world) < 1e-9 + 1e-6 * base * world:
-            fail("lr_adam_linear", base=number(base), world=world, got=number(float(got)), want=number(want))
-        fail("lr_wrong", base=number(base), world=world, optimizer=optimizer, got=number(float(got)), want=number(want))
+            fail("ex.lr_for.adam_linear", base=number(base), world=world, got=number(float(got)), want=number(want))
+        fail("ex.lr_for.wrong", base=number(base), world=world, optimizer=optimizer, got=number(float(got)),
+             want=number(want))
     return {"sgd": number(0.6), "adam": number(0.001 * math.sqrt(6), decimals=5)}
 
 
@@ -240,9 +241,31 @@ def lr_for(base_lr, world_size, optimizer):
 '''
 
 
+def _sbatch_stub(lang=None):
+    """The exercise cell of fixed_sbatch: the seed's script, shown, and left as it is."""
+    return ("from ddp_tutorial.exercises import SEED_SBATCH\n\nprint(SEED_SBATCH)\n"
+            "fixed_sbatch = SEED_SBATCH  # " + t("ex.fixed_sbatch.your_code", lang=lang))
+
+
 EXERCISES = (
-    Exercise("sbatch", "fixed_sbatch", "05", _grade_sbatch, SBATCH_CODE),
-    Exercise("addr", "master_addr", "05", _grade_master_addr, MASTER_ADDR_CODE),
-    Exercise("dead", "dead_rank", "05", _grade_dead_rank, DEAD_RANK_CODE),
-    Exercise("lr", "lr_for", "06", _grade_lr, LR_CODE),
+    Exercise(
+        "fixed_sbatch", "05", _grade_sbatch, SBATCH_CODE,
+        WrongAnswer("from ddp_tutorial.exercises import SEED_SBATCH\nfixed_sbatch = SEED_SBATCH.replace("
+                    "'#SBACTH', '#SBATCH').replace('01_distributed.p\\n', '01_distributed.py\\n')",
+                    "ex.fixed_sbatch.port"),
+        stub=_sbatch_stub),
+    Exercise(
+        "master_addr", "05", _grade_master_addr, MASTER_ADDR_CODE,
+        WrongAnswer("def master_addr(nodelist):\n    return nodelist.split(',')[0]", "ex.master_addr.wrong"),
+        doc="The first host of a SLURM host list such as 'gpu[01-03,07],cpu5'."),
+    Exercise(
+        "dead_rank", "05", _grade_dead_rank, DEAD_RANK_CODE,
+        WrongAnswer("def dead_rank(log):\n    import re\n"
+                    "    return int(re.search(r'\\brank\\s*:\\s*(\\d+)', log).group(1))", "ex.dead_rank.survivor"),
+        doc="The rank that died first in this failed job's log (an int)."),
+    Exercise(
+        "lr_for", "06", _grade_lr, LR_CODE,
+        WrongAnswer("def lr_for(base_lr, world_size, optimizer):\n    return base_lr * world_size",
+                    "ex.lr_for.adam_linear"),
+        doc='The learning rate to start from at `world_size` ranks (optimizer: "sgd" or "adam").'),
 )

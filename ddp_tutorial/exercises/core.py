@@ -15,7 +15,10 @@ the attendee's own line and a one-line explanation, never as a traceback from in
 Distributed exercises run the attendee's function on ipyparallel engines, inside a real gloo
 process group (:func:`ddp_tutorial.ipp.run`).
 
-Every text comes from the ``[ex]`` section of the message files, in the notebook's language.
+Every text comes from the message files, in the notebook's language: the shared ones from ``[ex]``,
+an exercise's own from its table ``[ex.<name>]`` (task, hints, solution, success and the
+grader's diagnoses). The notebook cells of an exercise are built from it (``=== exercise NAME`` in
+``notebooks/src/*.cells``): the task, :meth:`Exercise.placeholder` and the ``check()`` cell.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import inspect
 import linecache
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..i18n import TutorialError, t
 
@@ -46,10 +49,12 @@ _STUB_CODES = {_stub.__code__.co_code, _stub_with_doc.__code__.co_code}
 
 @dataclass
 class Outcome:
-    """What a check found: ``status`` (not-done / wrong / correct) and the text shown."""
+    """What a check found: ``status`` (not-done / wrong / correct), the text shown and, for a wrong
+    answer, the key of the message that diagnosed it."""
 
     status: str
     text: str
+    key: Optional[str] = None
 
     @property
     def correct(self) -> bool:
@@ -60,7 +65,11 @@ class Outcome:
 
 
 class Wrong(Exception):
-    """Raised by a grader: the attendee's answer is wrong; the text says how (already translated)."""
+    """Raised by a grader: the attendee's answer is wrong; the message ``key`` says how."""
+
+    def __init__(self, key: str, **fields: object):
+        super().__init__(t(key, **fields))
+        self.key = key
 
 
 class NotDone(Exception):
@@ -142,23 +151,70 @@ def short_list(values, limit: int = 6) -> str:
     return f"[{shown}{', …' if len(values) > limit else ''}]"
 
 
+class WrongAnswer(NamedTuple):
+    """An exercise's typical wrong answer: source that defines the exercise's ``name`` the way many
+    attendees first do, and the message key of the diagnosis its check must give (tested)."""
+
+    code: str
+    key: str
+
+
+PARTS = ("title", "task", "hint1", "hint2", "solution", "correct")
+"""The texts every exercise has in its own table ``[ex.<name>]`` of each message file; the messages a
+grader fails with sit in the same table and are named by literal keys (``fail("ex.lr_for.wrong", …)``)."""
+
+
 @dataclass
 class Exercise:
-    """One checked exercise.
+    """One checked exercise, as data.
 
-    ``key``: the message prefix (``ex.<key>_task``, ``_hint1``, ``_hint2``, ``_solution``);
-    ``name``: what the attendee defines in the notebook; ``grade(answer)``: raises :class:`Wrong`
-    (translated text) or :class:`NotDone`, returns the success text's fields; ``code``: the
-    solution's source (defines ``name``); ``notebook``: where the exercise lives.
+    ``name``: its one identifier: what the attendee defines in the notebook, and the table
+    ``[ex.<name>]`` of its texts (:data:`PARTS`, and the grader's own messages);
+    ``notebook``: where it lives (``"02"``); ``grade(answer)``: raises :class:`Wrong` (via
+    :func:`fail`) or :class:`NotDone`, or returns the fields of the ``correct`` text; ``code``: the
+    solution's source; ``wrong``: the typical wrong answer and the diagnosis it gets; ``doc``: the
+    placeholder's docstring; ``stub(lang)``: the placeholder's code when the answer is not a
+    function (``fixed_sbatch``).
     """
 
-    key: str
     name: str
     notebook: str
     grade: Callable[[Any], Optional[dict]]
     code: str
+    wrong: WrongAnswer
+    doc: str = ""
+    stub: Optional[Callable[[Optional[str]], str]] = None
     distributed: bool = False
     _hints_shown: int = field(default=0, repr=False)
+
+    # Its texts -------------------------------------------------------------------------
+    def key(self, part: str) -> str:
+        """The message key of one of its :data:`PARTS`: ``ex.<name>.<part>``."""
+        if part not in PARTS:
+            raise ValueError(f"{part!r} is not one of {PARTS}")
+        return ".".join(("ex", self.name, part))
+
+    def message_keys(self) -> Tuple[str, ...]:
+        """The keys this exercise looks up by its name (:data:`PARTS`); every other message it shows
+        is named by a literal key in its grader or in this module."""
+        return tuple(self.key(part) for part in PARTS)
+
+    def text(self, part: str, lang: Optional[str] = None, **fields: object) -> str:
+        return t(self.key(part), lang=lang, **fields)
+
+    def task(self, lang: Optional[str] = None) -> str:
+        """The task, as the notebook's markdown cell shows it: its title as a heading, then its text."""
+        return "### " + self.text("title", lang=lang) + "\n\n" + self.text("task", lang=lang)
+
+    def placeholder(self, lang: Optional[str] = None) -> str:
+        """The code of the notebook's exercise cell: ``# EXERCISE name`` and the shipped placeholder
+        (the solution's ``def`` line, ``doc`` and ``...``) with its comment in ``lang``."""
+        if self.stub is not None:
+            body = self.stub(lang)
+        else:
+            signature = next(line for line in self.code.strip().splitlines() if line.startswith("def "))
+            body = f'{signature}\n    """{self.doc}"""\n    ...  # ' + t("ex.your_code", lang=lang)
+        return f"# EXERCISE {self.name}\n{body}"
 
     # The attendee's side ---------------------------------------------------------------
     def _answer(self, answer: Any, depth: int = 2) -> Any:
@@ -184,12 +240,12 @@ class Exercise:
         except NotDone:
             return Outcome(NOT_DONE, t("ex.not_done", title=title, name=self.name))
         except Wrong as wrong:
-            return Outcome(WRONG, t("ex.wrong", title=title, text=str(wrong)))
+            return Outcome(WRONG, t("ex.wrong", title=title, text=str(wrong)), wrong.key)
         except AttendeeError as error:
             return Outcome(WRONG, t("ex.wrong", title=title, text=error.text))
         except TutorialError as error:  # e.g. a distributed run that failed: already a clear message
-            return Outcome(WRONG, t("ex.wrong", title=title, text=str(error)))
-        return Outcome(CORRECT, t("ex.correct", title=title, text=t(f"ex.{self.key}_correct", **fields)))
+            return Outcome(WRONG, t("ex.wrong", title=title, text=str(error)), error.key)
+        return Outcome(CORRECT, t("ex.correct", title=title, text=self.text("correct", **fields)))
 
     def check(self, answer: Any = _MISSING) -> None:
         """Run the attendee's code and print what is right or wrong (never raises)."""
@@ -202,19 +258,20 @@ class Exercise:
             self._hints_shown = min(self._hints_shown + 1, 2)
             level = self._hints_shown
         level = 1 if level < 2 else 2
-        print(t("ex.hint_title", level=level) + " " + t(f"ex.{self.key}_hint{level}"))
+        print(t("ex.hint_title", level=level) + " " + self.text(("hint1", "hint2")[level - 1]))
+
+    def reset_hints(self) -> None:
+        """The next ``hint()`` is the first one again."""
+        self._hints_shown = 0
 
     def solution(self) -> None:
         """Print a solution: a one-line explanation and the code."""
-        print(t("ex.solution_title") + " " + t(f"ex.{self.key}_solution") + "\n\n" + self.code.strip())
-
-    def task(self) -> str:
-        return t(f"ex.{self.key}_task")
+        print(t("ex.solution_title") + " " + self.text("solution") + "\n\n" + self.code.strip())
 
     def __repr__(self) -> str:
         return f"<exercise {self.name} ({self.notebook})>"
 
 
 def fail(key: str, **fields: object) -> None:
-    """Raise :class:`Wrong` with the message ``ex.<key>``."""
-    raise Wrong(t(f"ex.{key}", **fields))
+    """Raise :class:`Wrong` with the message ``key`` (a literal ``ex.<name>.<what>``)."""
+    raise Wrong(key, **fields)

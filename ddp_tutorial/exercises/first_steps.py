@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ..i18n import number
-from .core import Exercise, call, fail, short_list
+from .core import Exercise, WrongAnswer, call, fail, short_list
 
 
 # ----------------------------------------------------------------------------------------------
@@ -17,7 +17,7 @@ def _grade_global_rank(fn):
         got = call(fn, node_rank, local_rank, per_node)
         want = local_rank + node_rank * per_node
         if got != want:
-            fail("global_rank_wrong", node=node_rank, local=local_rank, per_node=per_node, got=got, want=want)
+            fail("ex.global_rank.wrong", node=node_rank, local=local_rank, per_node=per_node, got=got, want=want)
     return {"world": 6}
 
 
@@ -34,7 +34,7 @@ def _grade_mlp_parameters(fn):
         want = count_parameters(DeepNeuralNetwork(layers, features, hidden, classes))
         if got != want:
             weights_only = features * hidden + (layers - 2) * hidden * hidden + hidden * classes
-            key = "mlp_parameters_biases" if got == weights_only else "mlp_parameters_wrong"
+            key = "ex.mlp_parameters.biases" if got == weights_only else "ex.mlp_parameters.wrong"
             fail(key, shape=f"{layers}, {features}, {hidden}, {classes}", got=got, want=number(want))
     return {"count": number(134794)}
 
@@ -64,13 +64,13 @@ def _grade_shard(fn):
             try:
                 got = [int(i) for i in got]
             except (TypeError, ValueError):
-                fail("shard_type", got=repr(got)[:60])
+                fail("ex.shard_indices.type", got=repr(got)[:60])
             if got == want:
                 continue
             if len(got) != len(want):
-                fail("shard_length", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
-                     count=len(got), want=short_list(want), want_count=len(want))
-            fail("shard_wrong", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
+                fail("ex.shard_indices.length", rank=rank, world=world, n=n, seed=seed, epoch=epoch,
+                     got=short_list(got), count=len(got), want=short_list(want), want_count=len(want))
+            fail("ex.shard_indices.wrong", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
                  want=short_list(want))
     return {}
 
@@ -93,7 +93,7 @@ def _grade_steps(fn):
         got = call(fn, n, world, batch)
         want = math.ceil(math.ceil(n / world) / batch)
         if got != want:
-            fail("steps_wrong", n=number(n), world=world, batch=batch, got=got, want=want)
+            fail("ex.steps_per_epoch.wrong", n=number(n), world=world, batch=batch, got=got, want=want)
     return {"steps": 79}
 
 
@@ -113,15 +113,15 @@ def _grade_epoch_orders(fn):
     try:
         got = [[int(i) for i in order] for order in got]
     except (TypeError, ValueError):
-        fail("epochs_type", got=repr(got)[:60])
+        fail("ex.epoch_orders.type", got=repr(got)[:60])
     if len(got) != 3:
-        fail("epochs_count", got=len(got))
+        fail("ex.epoch_orders.count", got=len(got))
     for epoch in range(1, 3):
         if got[epoch] == got[0] and want[epoch] != want[0]:
-            fail("epochs_repeat", epoch=epoch, got=short_list(got[epoch]))
+            fail("ex.epoch_orders.repeat", epoch=epoch, got=short_list(got[epoch]))
     for epoch in range(3):
         if got[epoch] != want[epoch]:
-            fail("epochs_wrong", epoch=epoch, got=short_list(got[epoch]), want=short_list(want[epoch]))
+            fail("ex.epoch_orders.wrong", epoch=epoch, got=short_list(got[epoch]), want=short_list(want[epoch]))
     return {}
 
 
@@ -136,9 +136,31 @@ def epoch_orders(sampler, epochs):
 
 
 EXERCISES = (
-    Exercise("global_rank", "global_rank", "01", _grade_global_rank, GLOBAL_RANK_CODE),
-    Exercise("mlp_parameters", "mlp_parameters", "01", _grade_mlp_parameters, MLP_PARAMETERS_CODE),
-    Exercise("shard", "shard_indices", "02", _grade_shard, SHARD_CODE),
-    Exercise("steps", "steps_per_epoch", "02", _grade_steps, STEPS_CODE),
-    Exercise("epochs", "epoch_orders", "02", _grade_epoch_orders, EPOCH_ORDERS_CODE),
+    Exercise(
+        "global_rank", "01", _grade_global_rank, GLOBAL_RANK_CODE,
+        WrongAnswer("def global_rank(node_rank, local_rank, gpus_per_node):\n    return node_rank + local_rank",
+                    "ex.global_rank.wrong"),
+        doc="The global rank of the process with local rank `local_rank` on node `node_rank`."),
+    Exercise(
+        "mlp_parameters", "01", _grade_mlp_parameters, MLP_PARAMETERS_CODE,
+        WrongAnswer("def mlp_parameters(num_layers, input_features, hidden, classes):\n    return input_features "
+                    "* hidden + (num_layers - 2) * hidden * hidden + hidden * classes", "ex.mlp_parameters.biases"),
+        doc="The number of parameters of DeepNeuralNetwork with these four sizes."),
+    Exercise(
+        "shard_indices", "02", _grade_shard, SHARD_CODE,
+        WrongAnswer("def shard_indices(num_samples, world_size, rank, seed, epoch):\n    import torch\n"
+                    "    g = torch.Generator(); g.manual_seed(seed + epoch)\n"
+                    "    return torch.randperm(num_samples, generator=g).tolist()[rank::world_size]",
+                    "ex.shard_indices.length"),
+        doc="Rank `rank`'s indices in epoch `epoch`, exactly as DistributedSampler gives them (a list)."),
+    Exercise(
+        "steps_per_epoch", "02", _grade_steps, STEPS_CODE,
+        WrongAnswer("def steps_per_epoch(num_samples, world_size, batch_size):\n"
+                    "    return num_samples // world_size // batch_size", "ex.steps_per_epoch.wrong"),
+        doc="The optimizer steps one rank takes per epoch."),
+    Exercise(
+        "epoch_orders", "02", _grade_epoch_orders, EPOCH_ORDERS_CODE,
+        WrongAnswer("def epoch_orders(sampler, epochs):\n    return [list(iter(sampler)) for epoch in range(epochs)]",
+                    "ex.epoch_orders.repeat"),
+        doc="The indices this rank sees in each of `epochs` epochs: a list of lists, one per epoch."),
 )

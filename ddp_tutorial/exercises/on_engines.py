@@ -6,9 +6,8 @@ send back a picklable report (so the kernel shows the attendee's line)."""
 
 from __future__ import annotations
 
-
 from ..i18n import number
-from .core import Exercise, error_report, fail, raise_if_failed
+from .core import Exercise, WrongAnswer, error_report, fail, raise_if_failed
 
 
 ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 2 is exact: bit for bit)
@@ -18,11 +17,69 @@ ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 
 # 03 · all_reduce by hand, on live engines
 
 def _distributed(worker, fn, *args):
-    """Run ``worker(env, fn, *args)`` on the engines (kept when they were already running)."""
+    """Run ``worker(env, fn, *args)`` on the engines (kept when they were already running); an answer
+    that replaced one of torch's functions there is told so (and torch is put back, see :func:`_guarded`)."""
     from .. import ipp
     keep = ipp.current() is not None
-    results = ipp.run(worker, fn, *args, n=ENGINES, keep=keep, timeout=180.0, pg_timeout=30.0)
-    return raise_if_failed(results)
+    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=keep, timeout=180.0, pg_timeout=30.0)
+    for rank, (_, replaced) in enumerate(results):
+        if replaced:
+            fail("ex.torch_replaced", names=", ".join(replaced), rank=rank)
+    return raise_if_failed([result for result, _ in results])
+
+
+# Where an attempt could replace what the graders and DDP rely on (``dist.all_reduce = …``).
+_GUARDED_MODULES = ("torch", "torch.distributed", "torch.distributed.distributed_c10d", "torch.nn.functional",
+                    "torch.optim")
+
+
+def _guarded(env, worker, fn, *args):
+    """``worker(env, fn, *args)`` on an engine, then every function or class of torch's modules (and
+    every method of ``Tensor``, ``Module``, DDP) that the attendee's code replaced is put back: the
+    engines are kept between checks, and one attempt's ``dist.all_reduce = lambda *a: None`` must
+    not fail the next, correct one. Returns (the worker's result, the names that were replaced)."""
+    import importlib
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    owners = [(name, importlib.import_module(name)) for name in _GUARDED_MODULES]
+    owners += [(f"torch.{c.__name__}", c) for c in (torch.Tensor, torch.nn.Module)]
+    owners += [("DistributedDataParallel", DistributedDataParallel)]
+    before = [(label, owner, dict(vars(owner))) for label, owner in owners]
+    try:
+        result = worker(env, fn, *args)
+    finally:
+        replaced = [f"{label}.{name}" for label, owner, saved in before for name in _put_back(owner, saved)]
+    return result, replaced
+
+
+def _put_back(owner, saved: dict) -> list:
+    """Put back the functions and classes of ``owner`` (a module or a class) that code outside torch
+    replaced or deleted since ``saved = dict(vars(owner))``, and remove the methods it added to a
+    class (they would override inherited ones); return their names."""
+    now, names = dict(vars(owner)), []
+    for name, value in now.items():
+        if saved.get(name, _ABSENT) is value or _from_torch(value):
+            continue  # unchanged, or torch's own doing (it wraps a few functions on first use)
+        if name in saved and callable(saved[name]):
+            setattr(owner, name, saved[name])
+            names.append(name)
+        elif name not in saved and isinstance(owner, type) and callable(value):
+            delattr(owner, name)
+            names.append(name)
+    for name, value in saved.items():
+        if name not in now and callable(value):
+            setattr(owner, name, value)
+            names.append(name)
+    return names
+
+
+_ABSENT = object()
+
+
+def _from_torch(value) -> bool:
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
 
 
 def _small_model():
@@ -55,14 +112,14 @@ def _grade_mean(fn):
     for rank, result in enumerate(results):
         got = result["got"]
         if got is None:
-            fail("mean_none", rank=rank)
+            fail("ex.mean_over_ranks.none", rank=rank)
         if _close(got, want):
             continue
         if _close(got, total):
-            fail("mean_sum", rank=rank, got=got, world=len(owns))
+            fail("ex.mean_over_ranks.sum", rank=rank, got=got, world=len(owns))
         if _close(got, result["own"]):
-            fail("mean_own", rank=rank, got=got)
-        fail("mean_wrong", rank=rank, got=got, want=want)
+            fail("ex.mean_over_ranks.own", rank=rank, got=got)
+        fail("ex.mean_over_ranks.wrong", rank=rank, got=got, want=want)
     return {"want": want}
 
 
@@ -109,13 +166,13 @@ def _grade_average(fn):
         if all(torch.equal(a, b) for a, b in zip(mine, ddp)):
             continue
         if all(torch.equal(a, b) for a, b in zip(mine, local)):
-            fail("average_unchanged", rank=rank)
+            fail("ex.average_gradients.unchanged", rank=rank)
         if all(torch.allclose(a, b * world) for a, b in zip(mine, ddp)):
-            fail("average_sum", rank=rank, world=world)
+            fail("ex.average_gradients.sum", rank=rank, world=world)
         gap = max(float((a - b).abs().max()) for a, b in zip(mine, ddp))
         if gap < 1e-5:
-            fail("average_not_exact", rank=rank, gap=f"{gap:.1e}")
-        fail("average_wrong", rank=rank, gap=f"{gap:.3g}")
+            fail("ex.average_gradients.not_exact", rank=rank, gap=f"{gap:.1e}")
+        fail("ex.average_gradients.wrong", rank=rank, gap=f"{gap:.3g}")
     return {"count": sum(p.numel() for p in results[0]["mine"])}
 
 
@@ -173,15 +230,15 @@ def _grade_train(fn):
     results = _distributed(_on_engine_train, fn, 0.1)
     for rank, result in enumerate(results):
         if result.get("none"):
-            fail("train_none", rank=rank)
+            fail("ex.train_ddp_steps.none", rank=rank)
     for steps in (1, STEPS):
         result = results[0][steps]
         if not result["same"]:
-            fail("train_differ", steps=steps, kind=result["type"])
+            fail("ex.train_ddp_steps.differ", steps=steps, kind=result["type"])
         if result["gap"] > 1e-6:
-            fail("train_wrong", steps=steps, gap=f"{result['gap']:.3g}")
+            fail("ex.train_ddp_steps.wrong", steps=steps, gap=f"{result['gap']:.3g}")
         if not result["is_ddp"]:
-            fail("train_not_ddp", kind=result["type"])
+            fail("ex.train_ddp_steps.not_ddp", kind=result["type"])
     return {"steps": STEPS, "world": len(results)}
 
 
@@ -230,17 +287,17 @@ def _grade_eval(fn):
     first = results[0]
     for rank, result in enumerate(results[1:], start=1):
         if result["got"] is not None or result["calls"]:
-            fail("eval_other_rank", rank=rank)
+            fail("ex.evaluate_rank0.other_rank", rank=rank)
     if first["got"] is None:
-        fail("eval_none")
+        fail("ex.evaluate_rank0.none")
     if first["wrapper"]:
-        fail("eval_wrapper")
+        fail("ex.evaluate_rank0.wrapper")
     if first["grad"]:
-        fail("eval_grad")
+        fail("ex.evaluate_rank0.grad")
     if isinstance(first["got"], str) or abs(first["got"] - first["want"]) > 1e-4:
         if not isinstance(first["got"], str) and abs(first["got"] * 100 - first["want"]) < 1e-3:
-            fail("eval_fraction", got=first["got"], want=number(first["want"], decimals=2))
-        fail("eval_wrong", got=first["got"], want=number(first["want"], decimals=2))
+            fail("ex.evaluate_rank0.fraction", got=first["got"], want=number(first["want"], decimals=2))
+        fail("ex.evaluate_rank0.wrong", got=first["got"], want=number(first["want"], decimals=2))
     return {"acc": number(first["want"], decimals=2)}
 
 
@@ -256,8 +313,29 @@ def evaluate_rank0(ddp_model, images, labels, rank):
 
 
 EXERCISES = (
-    Exercise("mean", "mean_over_ranks", "03", _grade_mean, MEAN_CODE, distributed=True),
-    Exercise("average", "average_gradients", "03", _grade_average, AVERAGE_CODE, distributed=True),
-    Exercise("train", "train_ddp_steps", "04", _grade_train, TRAIN_CODE, distributed=True),
-    Exercise("eval", "evaluate_rank0", "04", _grade_eval, EVAL_CODE, distributed=True),
+    Exercise(
+        "mean_over_ranks", "03", _grade_mean, MEAN_CODE,
+        WrongAnswer("def mean_over_ranks(tensor):\n    import torch.distributed as dist\n"
+                    "    dist.all_reduce(tensor)\n    return tensor", "ex.mean_over_ranks.sum"),
+        doc="The mean of `tensor` over all ranks (called on every rank).", distributed=True),
+    Exercise(
+        "average_gradients", "03", _grade_average, AVERAGE_CODE,
+        WrongAnswer("def average_gradients(model):\n    import torch.distributed as dist\n"
+                    "    for p in model.parameters():\n        dist.all_reduce(p.grad)", "ex.average_gradients.sum"),
+        doc="Replace every parameter's .grad by its mean over the ranks (in place).", distributed=True),
+    Exercise(
+        "train_ddp_steps", "04", _grade_train, TRAIN_CODE,
+        WrongAnswer("def train_ddp_steps(model, batches, lr):\n    import torch\n"
+                    "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+                    "    for images, labels in batches:\n        optimizer.zero_grad()\n"
+                    "        torch.nn.functional.cross_entropy(model(images), labels).backward()\n"
+                    "        optimizer.step()\n    return model", "ex.train_ddp_steps.differ"),
+        doc="Wrap `model` in DDP, one SGD step per batch (cross-entropy), return the DDP model.", distributed=True),
+    Exercise(
+        "evaluate_rank0", "04", _grade_eval, EVAL_CODE,
+        WrongAnswer("def evaluate_rank0(ddp_model, images, labels, rank):\n    import torch\n"
+                    "    if rank != 0:\n        return None\n    with torch.no_grad():\n"
+                    "        return (ddp_model(images).argmax(1) == labels).float().mean().item() * 100",
+                    "ex.evaluate_rank0.wrapper"),
+        doc="Rank 0: the accuracy (%) of the wrapped model on (images, labels); other ranks: None.", distributed=True),
 )

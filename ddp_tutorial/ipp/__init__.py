@@ -1,4 +1,4 @@
-"""Step 10 — the same training function on ipyparallel engines (for the notebooks).
+"""The same training function on ipyparallel engines (for the notebooks).
 
 A Jupyter kernel is one process, but DDP needs one process per GPU. ipyparallel starts
 those processes for us: a *controller* plus N *engines*, each engine a separate Python
@@ -9,7 +9,7 @@ process that runs whatever function the notebook sends it. This package
    on the nodes of an allocation (:func:`start_slurm`, :mod:`.slurm`) — both behind the
    small interface of :class:`.engines.EngineSet`;
 2. tells each engine who it is — rank, local rank, world size, device, and a free
-   ``MASTER_PORT`` — through :func:`ddp_tutorial.distributed.resolve_environment`; ranks
+   ``MASTER_PORT`` — through :func:`ddp_tutorial.whoami.resolve_environment`; ranks
    follow the engines' order explicitly (engine ids need not be 0 … N−1 in order);
 3. runs the package's :func:`ddp_tutorial.train.train` on every engine (:func:`train`), or
    any function inside a process group (:func:`run`); what runs on the engines is in :mod:`.remote`;
@@ -100,7 +100,7 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
         timeout: Optional[float] = 300.0, pg_timeout: float = 60.0, **kwargs) -> list:
     """Run ``function(env, *args, **kwargs)`` on ``n`` engines inside one process group and
     return its results in rank order. ``env`` is the engine's
-    :class:`~ddp_tutorial.distributed.DistEnv` (``env.rank``, ``env.world_size`` …).
+    :class:`~ddp_tutorial.whoami.DistEnv` (``env.rank``, ``env.world_size`` …).
 
     ``function`` is sent to the engines: import inside it what it needs (``import torch``),
     since the engines are other processes with their own namespaces. ``backend``: ``gloo``

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from ..distributed import find_free_port
+from ..whoami import find_free_port
 from ..i18n import TutorialError, t
 
 
@@ -129,9 +129,6 @@ class EngineSet:
     pids: List[int]        # the engines' process ids, in rank order (on their own hosts)
     device: str            # "cuda" (one GPU per engine) or "cpu"
     processes: List[Any] = field(default_factory=list)  # psutil handles: the engines, helpers, controller
-    job_id: Optional[str] = None       # SLURM engines: the job whose tasks they are
-    hosts: List[str] = field(default_factory=list)       # SLURM engines: each rank's node
-    local_ranks: List[int] = field(default_factory=list)  # SLURM engines: each rank's place on its node
     master_addr: str = "127.0.0.1"     # where rank 0 listens: this machine, or rank 0's node
     guard: Any = None                  # the watchdog that ends the engines when the kernel dies
 
@@ -139,18 +136,13 @@ class EngineSet:
     def size(self) -> int:
         return len(self.ids)
 
-    @property
-    def on_slurm(self) -> bool:
-        return self.job_id is not None
-
     def local_rank(self, rank: int) -> int:
-        return self.local_ranks[rank] if self.local_ranks else rank
+        """``rank``'s place on its node (local engines: all on this machine)."""
+        return rank
 
     def per_node(self, rank: int, n: int) -> int:
-        """How many of the first ``n`` ranks share ``rank``'s node."""
-        if not self.hosts:
-            return n
-        return sum(1 for host in self.hosts[:n] if host == self.hosts[rank])
+        """How many of the first ``n`` ranks share ``rank``'s node (local engines: all of them)."""
+        return n
 
     def controller_alive(self) -> bool:
         return alive(self.cluster.controller.pid)

@@ -17,14 +17,49 @@ from .progress import Registering
 from .watchdog import Guard
 
 
+SWEEP_SECONDS = 2.0  # after an interrupted start: how long nothing new must appear
+
+
 def gpu_count() -> int:
     """GPUs of this machine, counted without initialising CUDA in this process."""
     import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _family(cluster, engines: bool = True) -> list:
+    """psutil handles of the controller and its descendants (ipyparallel's schedulers), and of the
+    engines and their nannies (``engines``): everything this cluster started on this machine."""
+    controller = getattr(cluster, "controller", None)
+    pids = [controller.pid] if controller is not None and getattr(controller, "pid", None) else []
+    return es.with_helpers(pids + (es.launcher_pids(cluster) if engines else []))
+
+
+def _stop_everything(cluster, client) -> None:
+    """Stop a cluster whose start failed or was interrupted. In a kernel, ipyparallel runs the start
+    in its own thread, which goes on after the stop button: sweep until nothing new appears."""
+    es.shutdown(cluster, client, _family(cluster), force=True)
+    quiet_since = time.monotonic()
+    deadline = quiet_since + SWEEP_SECONDS * 4
+    while time.monotonic() - quiet_since < SWEEP_SECONDS and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if es.still_running(_family(cluster)):
+            es.kill(_family(cluster))
+            quiet_since = time.monotonic()
+
+
 class LocalEngines(es.EngineSet):
     """Engines that are processes of this machine: alive means their pid is."""
+
+    controller_processes: list = []  # the controller and its schedulers, found at the start
+
+    def stop(self, force: bool = False) -> list:
+        """Stop the engines and the controller; a controller that died leaves its schedulers as
+        orphans (ppid 1): they are killed too, before the watchdog is released."""
+        leftover = es.shutdown(self.cluster, self.client, self.processes, force=force)
+        leftover += es.kill(self.controller_processes)
+        if self.guard is not None:
+            self.guard.release()
+        return leftover
 
     def describe_loss(self, rank: int) -> str:
         code = self.exit_code(self.pids[rank])
@@ -90,10 +125,13 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
     # messages say what went wrong, and the logs stay in the profile's log folder.
     cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR)
     client = None
+    guard = None
     registered = [0]
     try:
         with Registering(n, lambda: registered[0]):
             cluster.start_cluster_sync(n)
+            # Guarded from now on: a kernel killed while the engines register takes them along.
+            guard = Guard([p.pid for p in _family(cluster)])
             client = cluster.connect_client_sync()
             deadline = time.monotonic() + es.START_TIMEOUT
             while len(client.ids) < n:  # our own wait: the display shows the count as it grows
@@ -106,14 +144,20 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
         # Rank r runs on the r-th engine in this list, whatever its engine id. Each engine
         # works in the notebook's folder and can import what the notebook imports.
         pids = [client[eid].apply_sync(remote.join_kernel, os.getcwd(), list(sys.path)) for eid in ids]
-    except Exception as error:  # noqa: BLE001 - any start failure becomes one clear message
-        es.shutdown(cluster, client, es.with_helpers(es.launcher_pids(cluster)), force=True)
+        processes = es.with_helpers(es.launcher_pids(cluster))
+        controller = _family(cluster, engines=False)  # the controller and its schedulers
+        guard.update([p.pid for p in processes + controller])
+    except BaseException as error:  # the stop button (KeyboardInterrupt) too: stop what was started
+        _stop_everything(cluster, client)
+        if guard is not None:
+            guard.release()
+        if not isinstance(error, Exception):
+            raise
         raise TutorialError("ipp.start_failed", n=n, timeout=es.START_TIMEOUT, detail=str(error)[:300],
                             profile=getattr(cluster, "profile_dir", "~/.ipython")) from None
-    processes = es.with_helpers(es.launcher_pids(cluster))
-    guarded = processes + es.with_helpers([cluster.controller.pid])  # the controller too
     engines = LocalEngines(cluster=cluster, client=client, ids=ids, pids=pids, device=kind, processes=processes,
-                           guard=Guard([p.pid for p in guarded]))
+                           guard=guard)
+    engines.controller_processes = controller
     client[ids].apply_async(remote.warm_up)  # imports, while the notebook goes on
     es.keep(engines)
     print(t("ipp.started", n=n, seconds=time.perf_counter() - began, pids=pids, device=kind), flush=True)

@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,73 @@ def join_kernel(cwd: str, paths: List[str]) -> int:
     return os.getpid()
 
 
-def where(cwd: str, paths: List[str]) -> dict:
-    """:func:`join_kernel`, and where this engine runs (a SLURM task: node, task id, local id)."""
+def address_towards(host: Optional[str], port: int = 9) -> Optional[str]:
+    """This machine's IPv4 address on the route to ``host`` (no packet is sent: a UDP socket is only
+    *connected*, which makes the kernel pick the source address); None for loopback or no route."""
+    if not host or host == "*":
+        return None
+    try:
+        target = socket.gethostbyname(host)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, port))
+            mine = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if mine.startswith("127.") or mine == "0.0.0.0" else mine
+
+
+def own_address(towards: Optional[str]) -> str:
+    """The address the other nodes reach this engine on: its address on the route to ``towards`` (the
+    notebook's controller, on the cluster's internal network — the engine reached it from here);
+    else what its host name resolves to, if that is not loopback; else the host name itself."""
+    mine = address_towards(towards)
+    if mine:
+        return mine
+    name = socket.gethostname()
+    try:
+        resolved = socket.gethostbyname(name)
+    except OSError:
+        return name
+    return name if resolved.startswith("127.") else resolved
+
+
+def interface_for(address: str) -> Optional[str]:
+    """The interface rule (the sbatch templates' too, ``ddp_tutorial.slurm.render.IFNAME_RULE``): the
+    network interface holding this machine's address on the way to ``address`` (rank 0's) — for rank
+    0 itself, the one holding ``address``. None when it cannot be told (then gloo/NCCL choose)."""
+    mine = address_towards(address) or address
+    try:
+        import psutil  # installed with ipyparallel
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == mine for a in addresses):
+                return name
+    except (ImportError, OSError):
+        return None
+    return None
+
+
+def use_interface(master_addr: str) -> Optional[str]:
+    """Set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME by :func:`interface_for` for a rank 0 on another
+    node, unless set (``DDP_TUTORIAL_IFNAME`` sets both); nothing for a rank 0 on this machine."""
+    chosen = os.environ.get("DDP_TUTORIAL_IFNAME")
+    if not chosen:
+        if master_addr.startswith("127.") or master_addr == "localhost":
+            return None
+        chosen = interface_for(master_addr)
+    if chosen:
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(name, chosen)
+    return chosen
+
+
+def where(cwd: str, paths: List[str], towards: Optional[str] = None) -> dict:
+    """:func:`join_kernel`, and where this engine runs (a SLURM task: node, task id, local id) and
+    the address the other nodes reach it on (:func:`own_address`; ``towards``: the controller)."""
     environ = os.environ
     return {
         "pid": join_kernel(cwd, paths),
         "host": environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "address": own_address(towards),
         "procid": int(environ.get("SLURM_PROCID", "-1")),
         "localid": int(environ.get("SLURM_LOCALID", "-1")),
         "job_id": environ.get("SLURM_JOB_ID"),
@@ -78,11 +139,6 @@ def _files_stamp(root) -> tuple:
             except OSError:
                 pass
     return tuple(sorted(stamp))
-
-
-def cached_data() -> list:
-    """(data set, root, train split) of what this engine keeps in memory."""
-    return [key[:3] for key in _DATA_CACHE]
 
 
 def forget_data() -> int:
@@ -164,7 +220,8 @@ def prepare(place: Place):
     """First thing on an engine: language, device, then where this rank stands."""
     from ..i18n import LANG_VARIABLE
     os.environ[LANG_VARIABLE] = place.lang
-    from ..distributed import choose_device, resolve_environment
+    from ..device_rule import choose_device
+    from ..whoami import resolve_environment
     env = resolve_environment(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
                               nproc_per_node=place.nproc_per_node, master_addr=place.master_addr,
                               master_port=place.master_port)
@@ -188,16 +245,19 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
     env = prepare(place)
     if place.rank == 0:  # a tqdm.auto bar of the user's function on rank 0 is drawn in the kernel too
         _show_progress_in_kernel()
-    from ..distributed import choose_device, destroy_process_group, init_process_group
-    device = choose_device("cuda", env) if backend == "nccl" else None
-    init_process_group(env, backend, pg_timeout, device)
+    import torch.distributed as dist
+
+    from ..device_rule import choose_device
+    from ..process_group import join
+    join(env, backend, pg_timeout, choose_device("cuda", env) if backend == "nccl" else None)
     try:
         return function(env, *args, **kwargs)
     finally:
-        destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def free_port() -> int:
     """A free port on this engine's node (rank 0's, for SLURM engines)."""
-    from ..distributed import find_free_port
+    from ..whoami import find_free_port
     return find_free_port("")

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ..i18n import TutorialError, language, t
-from ..distributed import classify_failure
+from ..failures import classify_failure
 from . import engines as es
 from .progress import RankZeroBar
 from .remote import Place

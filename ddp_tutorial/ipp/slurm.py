@@ -30,6 +30,7 @@ gives the allocation back. If the notebook kernel dies, its watchdog cancels the
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -38,10 +39,13 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 from .. import slurm as batch
+from ..config import JOB_OPTIONS
 from ..i18n import TutorialError, t
 from . import engines as es
 from . import remote
@@ -139,11 +143,21 @@ def wait_for_job_end(job_id: str, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+@dataclass
 class SlurmEngines(es.EngineSet):
     """Engines that are the tasks of one SLURM job: alive while the controller lists them (a
     nanny reports its engine's death at once; a lost node is noticed by the heartbeat)."""
 
+    job_id: str = ""                                       # the job whose tasks they are
+    hosts: List[str] = field(default_factory=list)         # each rank's node
+    local_ranks: List[int] = field(default_factory=list)   # each rank's place on its node
     checked_at: float = 0.0
+
+    def local_rank(self, rank: int) -> int:
+        return self.local_ranks[rank]
+
+    def per_node(self, rank: int, n: int) -> int:
+        return sum(1 for host in self.hosts[:n] if host == self.hosts[rank])
 
     def alive(self, rank: int) -> bool:
         try:
@@ -180,10 +194,8 @@ class SlurmEngines(es.EngineSet):
         return self.client[self.ids[0]].apply_sync(remote.free_port)
 
     def stop(self, force: bool = False) -> List[int]:
-        leftover = es.shutdown(self.cluster, self.client, self.processes, force=force)
+        leftover = super().stop(force=force)
         wait_for_job_end(self.job_id)
-        if self.guard is not None:
-            self.guard.release()
         return leftover
 
     def stopped_text(self) -> str:
@@ -213,27 +225,33 @@ class SlurmEngines(es.EngineSet):
 # Starting
 
 
+# start()'s words for JobSpec fields whose name says something else for engines (submitit's
+# _equivalence_dict); every other JobSpec field that shapes the allocation is taken by its own name.
+RENAMED = {"engines_per_node": "nproc_per_node", "cpus_per_engine": "cpus_per_process", "time_limit": "time"}
+# Where an engine job differs from JobSpec's defaults.
+ENGINE_JOB = dict(time="01:00:00", job_name="ddp-tutorial-engines")
+# JobSpec fields an engine job does not use: the template, what the processes run and where, preemption.
+NOT_FOR_ENGINES = {"template", "workdir", "train_args", "script", "script_args", "signal_seconds",
+                   "requeue", *JOB_OPTIONS}
+
+
 def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
-          profile: str = "generic", *, cpus_per_engine: Optional[int] = None, partition: Optional[str] = None,
-          account: Optional[str] = None, qos: Optional[str] = None, time_limit: str = "01:00:00",
-          run_dir: str = "runs", modules: Sequence[str] = (), conda: Optional[str] = None,
-          conda_env: Optional[str] = None, venv: Optional[str] = None, env: Sequence[Tuple[str, str]] = (),
-          job_name: str = "ddp-tutorial-engines", controller_ip: Optional[str] = None,
-          queue_timeout: float = QUEUE_TIMEOUT, register_timeout: float = REGISTER_TIMEOUT) -> SlurmEngines:
+          profile: str = "generic", *, controller_ip: Optional[str] = None, queue_timeout: float = QUEUE_TIMEOUT,
+          register_timeout: float = REGISTER_TIMEOUT, **job) -> SlurmEngines:
     """Start one engine per GPU (``gpus_per_node``, or the profile's) or ``engines_per_node`` CPU
     engines on each of ``nodes`` nodes, through one SLURM job; keep them for
     :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
 
     ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (partition, GPUs and cores
-    per node). The other keyword arguments are those of :class:`ddp_tutorial.slurm.JobSpec`
-    (``time_limit`` is its ``time``). The job's script and log go to ``run_dir``.
+    per node). ``job``: the fields of :class:`ddp_tutorial.slurm.JobSpec` for the allocation and the
+    set-up (partition, account, qos, run_dir, modules, conda, conda_env, venv, env, job_name …), with
+    three names of their own here: ``cpus_per_engine`` (JobSpec's ``cpus_per_process``),
+    ``time_limit`` (``time``, default 01:00:00), ``engines_per_node`` (``nproc_per_node``). The job's
+    script and log go to ``run_dir``.
     """
     es.check_kernel_has_no_cuda()
-    spec = batch.JobSpec.from_profile(
-        profile, nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node,
-        cpus_per_process=cpus_per_engine, partition=partition, account=account, qos=qos, time=time_limit,
-        run_dir=str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir,
-        modules=tuple(modules), conda=conda, conda_env=conda_env, venv=venv, env=tuple(env), job_name=job_name)
+    spec = _engine_spec(profile, dict(nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node),
+                        job)
     template = batch.render_engines(spec)  # every value checked before anything is submitted
     if shutil.which("sbatch") is None:
         raise TutorialError("slurm.missing", command="sbatch")
@@ -255,7 +273,8 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
         cluster.start_controller_sync()
         script = run_path / f"ipengines-{cluster.cluster_id}.sbatch"
         try:
-            set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script))
+            set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script),
+                                                **engine_command(job.get("python")))
         except subprocess.CalledProcessError:
             batch.test_only(script)  # sbatch refused the script: ask it why, as a clear error
             raise
@@ -265,7 +284,8 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
                 script=script), flush=True)
         client = cluster.connect_client_sync()
         _wait_for_engines(client, n, job_id, address or "*", queue_timeout, register_timeout)
-        where = {eid: client[eid].apply_sync(remote.where, os.getcwd(), list(sys.path)) for eid in client.ids}
+        where = {eid: client[eid].apply_sync(remote.where, os.getcwd(), list(sys.path), address)
+                 for eid in client.ids}
     except BaseException:
         es.shutdown(cluster, client, es.with_helpers([cluster.controller.pid]) if cluster.controller else [],
                     force=True)
@@ -282,13 +302,44 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
         cluster=cluster, client=client, ids=ids, pids=[where[e]["pid"] for e in ids], device=device,
         processes=es.with_helpers([cluster.controller.pid]), job_id=job_id,
         hosts=[where[e]["host"] for e in ids], local_ranks=[where[e]["localid"] for e in ids],
-        master_addr=where[ids[0]]["host"], guard=guard)
+        # rank 0's own address on the network it reached the controller on (not SLURMD_NODENAME,
+        # which need not resolve on the nodes' network)
+        master_addr=where[ids[0]]["address"], guard=guard)
     client[ids].apply_async(remote.warm_up)  # imports, while the notebook goes on
     es.keep(engines)
     hosts = ", ".join(f"{h} ×{engines.hosts.count(h)}" for h in dict.fromkeys(engines.hosts))
     print(t("ipp.slurm_started", n=n, seconds=time.perf_counter() - began, hosts=hosts, job_id=job_id,
             device=device, master=engines.master_addr), flush=True)
     return engines
+
+
+def engine_command(python: Optional[str]) -> dict:
+    """``python=``: the engines' interpreter instead of this kernel's, e.g. the two-line wrapper that
+    runs the workshop container (``exec apptainer exec --nv …/ddp-env.sif python "$@"``, docs/truba.md).
+    It must be an executable file here, on the shared file system the nodes see too."""
+    if python is None:
+        return {}
+    path = Path(python).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise TutorialError("ipp.slurm_bad_python", path=str(path))
+    return {"engine_cmd": [str(path.resolve()), "-m", "ipyparallel.engine"]}
+
+
+def _engine_spec(profile: str, values: dict, job: dict) -> "batch.JobSpec":
+    """The JobSpec of an engine job: ``values`` (JobSpec's names) with ``job`` (start()'s names) over
+    :data:`ENGINE_JOB`; a name the engines do not take is a clear error, not a silent no-op."""
+    takes = ({f.name for f in dataclass_fields(batch.JobSpec)} - NOT_FOR_ENGINES - set(RENAMED.values())) | set(RENAMED)
+    values = dict(ENGINE_JOB, **values)
+    for name, value in job.items():
+        if name not in takes:
+            choices = sorted(takes | set(inspect.signature(start).parameters) - {"job"})
+            raise TutorialError("config.unknown_option", function="ipp.start_slurm", name=name,
+                                choices=", ".join(choices))
+        values[RENAMED.get(name, name)] = value
+    values["modules"], values["env"] = tuple(values.get("modules", ())), tuple(values.get("env", ()))
+    run_dir = values.get("run_dir", "runs")
+    values["run_dir"] = str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir
+    return batch.JobSpec.from_profile(profile, **values)
 
 
 def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: float,

@@ -29,18 +29,25 @@ class Guard:
 
     def __init__(self, pids, job_id=None):
         import psutil
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
+             repr(psutil.Process().create_time())],  # the kernel may be gone before the watchdog runs
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+        self.job_id = job_id
+        self.update(pids)
+
+    def update(self, pids) -> None:
+        """Guard these processes from now on (replaces the earlier list: it only grows while a
+        cluster starts — the controller first, its schedulers and the engines later)."""
+        import psutil
         targets = []
         for pid in pids:
             try:
                 targets.append([pid, psutil.Process(pid).create_time()])
             except psutil.NoSuchProcess:
                 pass
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
-             repr(psutil.Process().create_time())],  # the kernel may be gone before the watchdog runs
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True)
-        self._send({"targets": targets, "job_id": job_id})
+        self._send({"targets": targets, "job_id": self.job_id})
 
     def _send(self, message: dict) -> None:
         try:

@@ -1,4 +1,4 @@
-"""Step 11 — SLURM: write an sbatch script from a template, submit it, watch it.
+"""SLURM: write an sbatch script from a template, submit it, watch it.
 
 Split the way submitit splits it: building the job script, then submitting and watching the job.
 

@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
 
+from .. import atomic
 from ..i18n import TutorialError, t
 from .jobs import JobInfo, cancel, job_info, read_log, read_result, submit, test_only, wait
-from .render import write_script, render
+from .render import render
 from .spec import PROFILES, TEMPLATES, JobSpec, bad_value, plain_text
+
+MIN_POLL_SECONDS = 1.0  # every poll is an RPC to slurmctld: `--poll 0` made 200–300 of them a second
+
+
+def _waiting(args) -> dict:
+    """``--poll`` and ``--timeout`` of ``wait`` / ``submit --wait``, checked (never a traceback, never a
+    busy loop against the controller)."""
+    if not math.isfinite(args.poll) or args.poll < MIN_POLL_SECONDS:
+        raise TutorialError("slurm_limits.bad_poll", value=args.poll, minimum=MIN_POLL_SECONDS)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise TutorialError("slurm_limits.bad_timeout", value=args.timeout)
+    return dict(timeout=args.timeout, poll=args.poll)
 
 
 def _spec_from_args(args: argparse.Namespace) -> JobSpec:
@@ -55,8 +69,9 @@ def _cmd_render(args) -> int:
     text = render(_spec_from_args(args))
     if args.output in (None, "-"):
         sys.stdout.write(text)
-    else:
-        print(t("slurm.written", path=write_script(text, args.output)), file=sys.stderr)
+    else:  # atomic's rule: a regular file is replaced atomically, /dev/stdout or a pipe written through
+        atomic.check_writable(args.output)  # creates missing folders; a directory or a disk is refused
+        print(t("slurm.written", path=atomic.write_text(args.output, text, mode=0o777)), file=sys.stderr)
     return 0
 
 
@@ -64,10 +79,11 @@ def _cmd_submit(args) -> int:
     if args.test_only:
         print(test_only(args.script, sbatch_args=args.sbatch_arg or ()))
         return 0
+    waiting = _waiting(args) if args.wait else {}  # checked before anything is submitted
     job_id = submit(args.script, sbatch_args=args.sbatch_arg or ())
     print(job_id if args.parsable else t("slurm.submitted", job_id=job_id))
     if args.wait:
-        return _finish(wait(job_id, timeout=args.timeout, poll=args.poll, on_change=_print_info))
+        return _finish(wait(job_id, on_change=_print_info, **waiting))
     return 0
 
 
@@ -89,7 +105,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_wait(args) -> int:
-    return _finish(wait(args.job_id, timeout=args.timeout, poll=args.poll, on_change=_print_info))
+    return _finish(wait(args.job_id, on_change=_print_info, **_waiting(args)))
 
 
 def _cmd_cancel(args) -> int:
@@ -98,6 +114,8 @@ def _cmd_cancel(args) -> int:
 
 
 def _cmd_logs(args) -> int:
+    if args.tail is not None and args.tail < 1:  # `--tail -2` printed all but the first 2 lines
+        raise TutorialError("slurm_limits.bad_tail", value=args.tail)
     sys.stdout.write(read_log(args.job_id, run_dir=args.run_dir, tail=args.tail))
     return 0
 

@@ -82,6 +82,7 @@ def test_only(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
     return (proc.stderr.strip() or proc.stdout.strip()).removeprefix("sbatch: ")
 
 
+MAX_POLL_SECONDS = 30.0  # the longest wait between two polls of one job (see wait())
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 
@@ -155,23 +156,29 @@ def job_info(job_id, env: Optional[Mapping[str, str]] = None) -> JobInfo:
 
 
 def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Optional[Mapping[str, str]] = None,
-         on_change: Optional[Callable[[JobInfo], None]] = None) -> JobInfo:
+         on_change: Optional[Callable[[JobInfo], None]] = None, max_poll: float = MAX_POLL_SECONDS) -> JobInfo:
     """Poll until the job has finished (COMPLETED, FAILED, …); return its final :class:`JobInfo`.
 
     A requeued job passes through PENDING again and is waited for to the end. ``on_change`` is
-    called whenever the state changes (the CLI prints it).
+    called whenever the state changes (the CLI prints it). Each poll is a request to slurmctld, so
+    the interval backs off: ``poll`` seconds after a change, doubling while nothing changes, up to
+    ``max_poll`` (30 workshop attendees waiting on one job each ask ≈1 request/s, not 15).
     """
     job_id = job_id_of(job_id)
     started = time.monotonic()
     last = None
     unknown_since = None
+    interval = poll
     while True:
         info = job_info(job_id, env=env)
         key = (info.state, info.restarts)
         if key != last:
             last = key
+            interval = poll  # something happened: look again soon
             if on_change:
                 on_change(info)
+        else:
+            interval = min(max(poll, max_poll), interval * 2)
         if info.finished:
             return info
         if info.state == "UNKNOWN":
@@ -181,10 +188,10 @@ def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Option
                 raise TutorialError("slurm.unknown_job", job_id=job_id)
         else:
             unknown_since = None
-        if timeout is not None and time.monotonic() - started > timeout:
-            raise TutorialError("slurm.wait_timeout", job_id=job_id, state=info.state,
-                                seconds=time.monotonic() - started)
-        time.sleep(poll)
+        waited = time.monotonic() - started
+        if timeout is not None and waited > timeout:
+            raise TutorialError("slurm.wait_timeout", job_id=job_id, state=info.state, seconds=waited)
+        time.sleep(interval if timeout is None else max(0.0, min(interval, timeout - waited + poll)))
 
 
 def cancel(job_id, signal: Optional[str] = None, batch: bool = False,

@@ -5,6 +5,7 @@ The templates are ordinary sbatch scripts with gaps that :func:`render` fills:
 * ``{{sbatch}}``   — the ``#SBATCH`` lines (nodes, tasks, GPUs, CPUs, time, logs …);
 * ``{{settings}}`` — shell variables (interpreter, run directory, training options or your script);
 * ``{{setup}}``    — the environment set-up (``module load``, conda or venv activation);
+* ``{{network}}``  — which network interface gloo and NCCL use (:func:`network_lines`, after ``MASTER_ADDR``);
 * ``{{program}}``  — what each process runs: the package's training, or your own script
   (per-gpu and torchrun templates).
 
@@ -107,25 +108,46 @@ def _sbatch_lines(spec: JobSpec) -> List[str]:
 
 
 def _training_args(spec: JobSpec) -> List[str]:
-    args: List[str] = []
-    for option, value in (("--dataset", spec.dataset), ("--root", spec.root), ("--epochs", spec.epochs),
-                          ("--batch-size", spec.batch_size), ("--lr", spec.lr), ("--seed", spec.seed)):
-        if value is not None:
-            args += [option, str(value)]
+    args = list(spec.training_argv)
     args += ["--device", "cuda" if spec.gpus_per_node else "cpu", "--threads", str(spec.cpus_per_process)]
     args += list(spec.train_args)
     return args
 
 
 def _nccl_lines(spec: JobSpec) -> List[str]:
-    """GPU jobs: NCCL's diagnostics at a quiet level and asynchronous error handling, unless set."""
+    """GPU jobs: NCCL's diagnostics at a quiet level, unless set. TORCH_NCCL_ASYNC_ERROR_HANDLING is
+    left to torch: its default (3) tears a process with a failed collective down without the
+    communicator abort that can itself hang (pytorch/pytorch#110723)."""
     if not spec.gpus_per_node:
         return []
     return [
         "# NCCL: WARN is quiet; set NCCL_DEBUG=INFO for a first multi-node run (see slurm/README.md)",
         'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
-        "# a failed or stuck collective ends the process (an error) instead of hanging until the time limit",
-        'export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"',
+    ]
+
+
+#: The interface rule, in shell (run on the first node, where the batch script runs): the interface
+#: that holds the address MASTER_ADDR resolves to, i.e. the network the other nodes reach rank 0 on.
+#: ddp_tutorial.ipp.remote.interface_for applies the same rule to SLURM engines.
+IFNAME_RULE = ("ip -o -4 addr show 2>/dev/null | awk -v a=\"$(getent ahostsv4 \"$MASTER_ADDR\" | awk 'NR == 1 {print $1}')\" "
+               "'a != \"\" && index($4, a \"/\") == 1 {print $2; exit}'")
+
+
+def network_lines() -> List[str]:
+    """Which network gloo (always) and NCCL (its bootstrap and socket transport) use: one rule for
+    both, overridable (``DDP_TUTORIAL_IFNAME`` for both, or ``GLOO_SOCKET_IFNAME`` /
+    ``NCCL_SOCKET_IFNAME`` each, e.g. through ``--env``). The name found on the first node is used on
+    every node: a partition's nodes are alike. Nothing found (no ``ip``, an unresolvable name):
+    nothing is set and gloo/NCCL choose as they would."""
+    return [
+        "# Which network gloo and NCCL use for their own connections: the interface holding the address",
+        "# MASTER_ADDR resolves to (here, on the first node) — the network the other nodes reach rank 0 on.",
+        "# Your choice wins: DDP_TUTORIAL_IFNAME for both, or GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME each.",
+        f'IFNAME=${{DDP_TUTORIAL_IFNAME:-$({IFNAME_RULE})}}',
+        'if [ -n "$IFNAME" ]; then',
+        '    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$IFNAME}" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$IFNAME}"',
+        "fi",
+        'echo "network for gloo / NCCL: ${GLOO_SOCKET_IFNAME:-chosen by gloo} / ${NCCL_SOCKET_IFNAME:-chosen by NCCL}"',
     ]
 
 
@@ -187,7 +209,7 @@ def render(spec: JobSpec) -> str:
     """The sbatch script for ``spec`` (validated first)."""
     validate(spec)
     gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(_settings_lines(spec)),
-            "setup": "\n".join(_setup_lines(spec))}
+            "setup": "\n".join(_setup_lines(spec)), "network": "\n".join(network_lines())}
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
     return fill(template_text(spec.template), gaps)

@@ -7,9 +7,10 @@ Every value is checked here before :mod:`.render` writes it into a script:
 * values used in shell commands are quoted once by the renderer; here they may contain
   anything except control characters (newlines, tabs, escape …) and the templates' own
   ``{{placeholders}}``;
-* the training options (epochs, batch size, lr, seed, data set) follow
-  :data:`ddp_tutorial.validate.TRAIN_RULES`, the rules :class:`~ddp_tutorial.config.TrainConfig`
-  uses, so a value is refused in the same words wherever it is given.
+* the training options a job passes on (data set, root, epochs, batch size, lr, seed: those marked
+  ``job=True`` in :class:`~ddp_tutorial.config.TrainConfig`'s table, :data:`~ddp_tutorial.config.JOB_OPTIONS`)
+  are fields of :class:`JobSpec` made from that table, and follow the rules
+  :class:`~ddp_tutorial.config.TrainConfig` uses, so a value is refused in the same words wherever it is given.
 
 No torch import: this runs on a login node.
 """
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Dict, List, Optional, Tuple, Union
 
+from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig
 from ..i18n import TutorialError, t
-from ..validate import TRAIN_RULES
+from ..validate import option_name
 
 TEMPLATES = {
     "seed": "seed.sbatch",          # one task per node → ddp_tutorial.spawn → one process per GPU
@@ -64,9 +66,20 @@ PROFILES: Dict[str, Profile] = {
 }
 
 
+#: The training options a job passes on, one keyword field each (``None``: the training's default),
+#: made from :class:`~ddp_tutorial.config.TrainConfig`'s table (``job=True``): dataset, root, epochs,
+#: batch_size, lr, seed.
+TrainingOptions = make_dataclass(
+    "TrainingOptions", [(f.name, f"Optional[{f.type}]", field(default=None, kw_only=True))
+                        for f in fields(TrainConfig) if f.name in JOB_OPTIONS])
+
+
 @dataclass
-class JobSpec:
-    """Everything :func:`~ddp_tutorial.slurm.render` needs. Build it directly or with :meth:`from_profile`."""
+class JobSpec(TrainingOptions):
+    """Everything :func:`~ddp_tutorial.slurm.render` needs. Build it directly or with :meth:`from_profile`.
+
+    Its training fields (``dataset``, ``root``, ``epochs`` … :data:`~ddp_tutorial.config.JOB_OPTIONS`)
+    come from :class:`TrainingOptions`; ``train_args`` carries any other training option."""
 
     template: str = "seed"
     nodes: int = 2
@@ -87,13 +100,7 @@ class JobSpec:
     conda_env: Optional[str] = None        # environment name or path to activate
     venv: Optional[str] = None             # a venv directory to activate instead
     env: Tuple[Tuple[str, str], ...] = ()  # extra exports, (NAME, value)
-    # Training (the package's model)
-    dataset: Optional[str] = None          # default: the package's (mnist)
-    root: Optional[str] = None             # where the data set is staged
-    epochs: Optional[int] = None
-    batch_size: Optional[int] = None
-    lr: Optional[float] = None
-    seed: Optional[int] = None
+    # Training (the package's model): the fields of TrainingOptions, and
     train_args: Tuple[str, ...] = ()       # anything else for the training, e.g. ("--scale-lr",)
     # …or the user's own script instead (per-gpu and torchrun templates)
     script: Optional[str] = None           # path of a DDP script run on every process
@@ -130,6 +137,15 @@ class JobSpec:
     def cpus_per_task(self) -> int:
         """Cores per SLURM task: ``cpus_per_process`` for per-gpu, × processes per node for a launcher."""
         return self.cpus_per_process * (1 if self.template == "per-gpu" else self.processes_per_node)
+
+    @property
+    def training_argv(self) -> Tuple[str, ...]:
+        """The training options given (``--epochs 3`` …), in the table's order."""
+        argv: List[str] = []
+        for name in JOB_OPTIONS:
+            if getattr(self, name) is not None:
+                argv += [option_name(name), str(getattr(self, name))]
+        return tuple(argv)
 
     @property
     def script_argv(self) -> Tuple[str, ...]:
@@ -194,9 +210,23 @@ def job_id_of(value) -> str:
 
 
 def _train_rule(name: str, value) -> None:
+    if isinstance(value, str):
+        plain_text(name, value)  # shell-quoted in the script
     rule = TRAIN_RULES[name]
     if not rule.ok(value):
         raise TutorialError("slurm.bad_value", name=name, value=value, rule=rule.describe())
+
+
+def time_limit_seconds(text: str) -> int:
+    """SLURM's ``--time`` in seconds (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``); 0: no limit."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 3:
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
 
 
 def validate(spec: JobSpec) -> JobSpec:
@@ -224,7 +254,7 @@ def validate(spec: JobSpec) -> JobSpec:
     plain_text("python", spec.python)
     for module in spec.modules:
         matching("module", module, MODULE, "slurm.allowed.module")
-    for name in ("conda", "conda_env", "venv", "root"):
+    for name in ("conda", "conda_env", "venv"):
         if getattr(spec, name) is not None:
             plain_text(name, getattr(spec, name))
     if (spec.conda is None) != (spec.conda_env is None):
@@ -236,7 +266,7 @@ def validate(spec: JobSpec) -> JobSpec:
         if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
             raise bad_value("env", key, "slurm.rule.env_name")
         plain_text(key, value, empty=True)
-    for name in ("dataset", "epochs", "batch_size", "lr", "seed"):
+    for name in JOB_OPTIONS:
         if getattr(spec, name) is not None:
             _train_rule(name, getattr(spec, name))
     for arg in spec.train_args:
@@ -246,8 +276,7 @@ def validate(spec: JobSpec) -> JobSpec:
         if spec.template not in SCRIPT_TEMPLATES:
             raise TutorialError("slurm.script_template", template=spec.template,
                                 choices=", ".join(SCRIPT_TEMPLATES))
-        given = [name for name in ("dataset", "root", "epochs", "batch_size", "lr", "seed", "train_args")
-                 if getattr(spec, name) not in (None, ())]
+        given = [name for name in (*JOB_OPTIONS, "train_args") if getattr(spec, name) not in (None, ())]
         if given:
             raise TutorialError("slurm.script_with_train_options", names=", ".join(given))
         if isinstance(spec.script_args, str):
@@ -258,6 +287,10 @@ def validate(spec: JobSpec) -> JobSpec:
         raise TutorialError("slurm.script_args_without_script")
     if spec.signal_seconds is not None:
         int_in("signal_seconds", spec.signal_seconds, 1, 65535)
+        limit = time_limit_seconds(spec.time)
+        if limit and spec.signal_seconds >= limit:  # SIGUSR1 at the start: checkpoint at step 0, requeue, for ever
+            raise TutorialError("slurm_limits.signal_ge_time", seconds=spec.signal_seconds, time=spec.time,
+                                limit=limit)
     if not isinstance(spec.requeue, bool):
         raise bad_value("requeue", spec.requeue, "slurm.rule.choice", choices="True, False")
     return spec

@@ -1,0 +1,238 @@
+"""Step 1 of the story — who am I? Rank, local rank, world size, and where we all meet.
+
+Every training process needs five facts before it can join the others:
+
+* ``rank`` — its number among all training processes (0 … world_size − 1);
+* ``world_size`` — how many training processes there are in total;
+* ``local_rank`` — its number on this machine, which picks the GPU (``cuda:local_rank``, or
+  ``cuda:0`` when SLURM shows each task only its own GPU: :func:`device_for`);
+* ``MASTER_ADDR`` / ``MASTER_PORT`` — where rank 0 listens, so that all can meet
+  ("rendezvous") and form the *process group* that the collectives (all-reduce …) use.
+
+Who tells a process these facts depends on how it was started. :func:`resolve_environment`
+reads them, in this order:
+
+1. explicit arguments (ipyparallel engines, tests);
+2. the per-node parent of :mod:`ddp_tutorial.spawn` (the seed's scheme): the parent passes
+   ``local_rank`` and ``nproc_per_node``; the node number and node count come from
+   ``--node-rank``/``--nnodes`` or SLURM's ``SLURM_PROCID``/``SLURM_NPROCS`` (one SLURM task per
+   node), and ``rank = local_rank + node_rank × nproc_per_node``;
+3. torchrun: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` (and ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``);
+4. SLURM with one task per device (``srun`` starts every training process):
+   ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``;
+5. none of these: a single process (world size 1).
+
+``MASTER_ADDR`` defaults to the first host of ``SLURM_JOB_NODELIST``. ``MASTER_PORT``, when
+unset inside a SLURM job, is derived from the job id — ``15000 + SLURM_JOB_ID % 15000`` — so
+two jobs that share a node use different ports unless their ids differ by a multiple of
+15 000 (and the range 15000–29999 stays below Linux's ephemeral ports, 32768 and up, which
+the kernel hands out for outgoing connections). On one machine the launcher picks a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import asdict, dataclass
+from typing import Mapping, Optional
+
+from . import launch_env
+from .hostlist import first_host
+from .i18n import TutorialError, t
+
+
+PORT_BASE = 15000
+PORT_SPAN = 15000
+MAX_SPEC_CHARS = 4096  # SLURM_TASKS_PER_NODE longer than this is not SLURM's
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands among all training processes."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    scheme: str  # explicit | spawn | torchrun | slurm | single
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def init_method(self) -> str:
+        """Where rank 0 listens, as ``init_process_group(init_method=…)`` takes it: ``tcp://host:port``."""
+        host = self.master_addr
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 address
+        return f"tcp://{host}:{self.master_port}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def env_int(environ: Mapping[str, str], name: str) -> Optional[int]:
+    """An integer environment variable; None when unset or empty; our message when it is not a number."""
+    value = environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise TutorialError("env.not_integer", name=name, value=value) from None
+
+
+def _require(environ: Mapping[str, str], launcher: str, names) -> dict:
+    present = [n for n in names if environ.get(n, "") != ""]
+    missing = [n for n in names if environ.get(n, "") == ""]
+    if missing:
+        raise TutorialError("env.incomplete", launcher=launcher, present=", ".join(present),
+                            missing=", ".join(missing))
+    return {n: env_int(environ, n) for n in names}
+
+
+def _tasks_on_node(spec: str, node: int) -> Optional[int]:
+    """SLURM_TASKS_PER_NODE looks like '2(x3),1': 2 tasks on each of 3 nodes, then 1. Walked, not
+    expanded: a hostile '1(x999999999999)' costs nothing."""
+    if len(spec) > MAX_SPEC_CHARS:
+        return None
+    first = 0  # the number of the first node this part describes
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d{1,9})(?:\(x(\d{1,15})\))?", part.strip())
+        if not match:
+            return None
+        repeat = int(match.group(2) or 1)
+        if first <= node < first + repeat:
+            return int(match.group(1))
+        first += repeat
+    return None
+
+
+# The words and details put into env.rank_range / env.disagree, in both languages (the Turkish
+# messages used to carry English words; found by tests/test_bad_input.py).
+
+
+def _check_range(what: str, value: int, of: str, size: int) -> None:
+    """``what`` and ``of`` are the message keys of the two terms (env.term_*)."""
+    if not 0 <= value < size:
+        raise TutorialError("env.rank_range", what=t(what), value=value, limit=size - 1, of=t(of), size=size)
+
+
+def derive_port(job_id: int) -> int:
+    """MASTER_PORT for a SLURM job: 15000 + job id mod 15000."""
+    return PORT_BASE + job_id % PORT_SPAN
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _master(environ: Mapping[str, str], world_size: int, master_addr: Optional[str],
+            master_port: Optional[int]) -> tuple:
+    addr = master_addr or environ.get(launch_env.MASTER_ADDR) or ""
+    if not addr:
+        nodelist = environ.get(launch_env.SLURM_JOB_NODELIST) or environ.get(launch_env.SLURM_NODELIST)
+        addr = first_host(nodelist) if nodelist else "127.0.0.1"
+    port = master_port
+    if port is None and environ.get(launch_env.MASTER_PORT, "") != "":
+        raw = environ[launch_env.MASTER_PORT]
+        try:
+            port = int(raw)
+        except ValueError:
+            raise TutorialError("env.bad_port", value=raw) from None
+    if port is None:
+        job_id = env_int(environ, launch_env.SLURM_JOB_ID)
+        if job_id is not None:
+            port = derive_port(job_id)
+        elif world_size == 1:
+            port = find_free_port()
+        else:
+            raise TutorialError("env.no_port")
+    if not 1 <= port <= 65535:
+        raise TutorialError("env.bad_port", value=str(port))
+    return addr, port
+
+
+def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = None,
+                        local_rank: Optional[int] = None, nproc_per_node: Optional[int] = None,
+                        node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
+                        master_addr: Optional[str] = None, master_port: Optional[int] = None,
+                        environ: Optional[Mapping[str, str]] = None) -> DistEnv:
+    """Rank, local rank, world size, node and master address/port of this process (see module doc)."""
+    environ = os.environ if environ is None else environ
+
+    if rank is not None or world_size is not None:  # 1. explicit
+        if rank is None or world_size is None:
+            raise TypeError("give both rank and world_size, or neither")
+        scheme = "explicit"
+        local_world_size = nproc_per_node or world_size
+        local_rank = rank % local_world_size if local_rank is None else local_rank
+        num_nodes = num_nodes or max(1, -(-world_size // local_world_size))
+        node_rank = rank // local_world_size if node_rank is None else node_rank
+    elif local_rank is not None and nproc_per_node is not None:  # 2. the seed's per-node parent
+        scheme = "spawn"
+        if node_rank is None and num_nodes is None and environ.get(launch_env.SLURM_PROCID, "") != "":
+            slurm = _require(environ, "SLURM", [launch_env.SLURM_PROCID, launch_env.SLURM_NPROCS])
+            ntasks = env_int(environ, launch_env.SLURM_NTASKS)
+            if ntasks is not None and ntasks != slurm[launch_env.SLURM_NPROCS]:
+                raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={ntasks}",
+                                                             b=f"SLURM_NPROCS={slurm['SLURM_NPROCS']}"))
+            node_rank, num_nodes = slurm[launch_env.SLURM_PROCID], slurm[launch_env.SLURM_NPROCS]
+        node_rank = 0 if node_rank is None else node_rank
+        num_nodes = 1 if num_nodes is None else num_nodes
+        local_world_size = nproc_per_node
+        world_size = nproc_per_node * num_nodes
+        if num_nodes < 1:
+            raise TutorialError("env.world_size", world_size=world_size)
+        _check_range("env.term_node_rank", node_rank, "env.term_nodes", num_nodes)
+        rank = local_rank + node_rank * nproc_per_node
+    elif any(environ.get(n, "") != "" for n in (launch_env.RANK, launch_env.WORLD_SIZE,
+                                                 launch_env.LOCAL_RANK)):  # 3. torchrun
+        scheme = "torchrun"
+        values = _require(environ, "torchrun", [launch_env.RANK, launch_env.WORLD_SIZE, launch_env.LOCAL_RANK])
+        rank, world_size = values[launch_env.RANK], values[launch_env.WORLD_SIZE]
+        local_rank = values[launch_env.LOCAL_RANK]
+        local_world_size = env_int(environ, launch_env.LOCAL_WORLD_SIZE) or world_size
+        num_nodes = max(1, -(-world_size // local_world_size)) if world_size > 0 else 1
+        node_rank = env_int(environ, launch_env.GROUP_RANK)
+        node_rank = rank // local_world_size if node_rank is None and local_world_size > 0 else (node_rank or 0)
+    elif environ.get(launch_env.SLURM_PROCID, "") != "" and environ.get(launch_env.SLURM_LOCALID, "") != "":  # 4. SLURM
+        scheme = "slurm"
+        values = _require(environ, "SLURM",
+                          [launch_env.SLURM_PROCID, launch_env.SLURM_NTASKS, launch_env.SLURM_LOCALID])
+        rank, world_size = values[launch_env.SLURM_PROCID], values[launch_env.SLURM_NTASKS]
+        local_rank = values[launch_env.SLURM_LOCALID]
+        nprocs = env_int(environ, launch_env.SLURM_NPROCS)
+        if nprocs is not None and nprocs != world_size:
+            raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={world_size}",
+                                                         b=f"SLURM_NPROCS={nprocs}"))
+        node_rank = env_int(environ, launch_env.SLURM_NODEID) or 0
+        num_nodes = (env_int(environ, launch_env.SLURM_STEP_NUM_NODES)
+                     or env_int(environ, launch_env.SLURM_JOB_NUM_NODES)
+                     or env_int(environ, launch_env.SLURM_NNODES) or 1)
+        spec = environ.get(launch_env.SLURM_STEP_TASKS_PER_NODE) or environ.get(launch_env.SLURM_TASKS_PER_NODE) or ""
+        local_world_size = _tasks_on_node(spec, node_rank) or max(1, -(-world_size // num_nodes))
+    else:  # 5. one process
+        scheme = "single"
+        rank, world_size, local_rank, local_world_size, node_rank, num_nodes = 0, 1, 0, 1, 0, 1
+
+    if world_size < 1:
+        raise TutorialError("env.world_size", world_size=world_size)
+    _check_range("env.term_rank", rank, "env.term_world_size", world_size)
+    if local_world_size < 1:
+        raise TutorialError("env.world_size", world_size=local_world_size)
+    _check_range("env.term_local_rank", local_rank, "env.term_per_node", local_world_size)
+    if local_world_size > world_size:
+        raise TutorialError("env.disagree", detail=t("env.detail.per_node", per_node=local_world_size,
+                                                     world_size=world_size))
+    addr, port = _master(environ, world_size, master_addr, master_port)
+    return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=local_world_size,
+                   node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port, scheme=scheme)

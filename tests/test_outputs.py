@@ -1,0 +1,176 @@
+"""The one write rule of :mod:`ddp_tutorial.atomic`, on real files, links, pipes and devices.
+
+Round 3 of the hostile sweep (C01/C02): as root, ``--json /dev/null`` turned ``/dev/null`` into a
+0600 regular file and ``slurm render -o /dev/stdout`` replaced the ``/dev/stdout`` link. Device
+files here are made in a temporary folder (``mknod``, root only) or inside a private mount
+namespace (``unshare -m`` with a tmpfs over ``/dev``): the machine's own ``/dev`` is never touched,
+whatever the code under test does.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ddp_tutorial import atomic, result
+from ddp_tutorial.i18n import TutorialError
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = os.geteuid() == 0
+
+
+def _mknod(path: Path, kind: int, major: int, minor: int) -> Path:
+    if not ROOT:
+        pytest.skip("making a device file needs root")
+    os.mknod(path, kind | 0o666, os.makedev(major, minor))
+    return path
+
+
+def test_a_character_device_is_written_through_never_replaced(tmp_path):
+    null = _mknod(tmp_path / "null", stat.S_IFCHR, 1, 3)  # a second /dev/null
+    atomic.check_writable(null)
+    atomic.write_json(null, {"secret": 1})
+    assert stat.S_ISCHR(os.stat(null).st_mode)
+    assert result.check_target(str(null)) == null  # J01: a writable device is a fine --json target
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left
+
+
+def test_a_block_device_is_refused(tmp_path):
+    disk = _mknod(tmp_path / "disk", stat.S_IFBLK, 7, 0)
+    for call in (lambda: atomic.write_text(disk, "x"), lambda: atomic.check_writable(disk)):
+        with pytest.raises(OSError) as caught:
+            call()
+        assert "block device" in caught.value.strerror
+    assert stat.S_ISBLK(os.stat(disk).st_mode)
+
+
+def test_a_symbolic_link_is_kept_and_its_target_written(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert atomic.write_text(link, "new\n") == link
+    assert link.is_symlink() and real.read_text() == "new\n"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "made-by-the-write.json")
+    atomic.write_text(dangling, "x\n")
+    assert dangling.is_symlink() and (tmp_path / "made-by-the-write.json").read_text() == "x\n"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OSError) as caught:
+        atomic.write_text(loop, "x")
+    assert caught.value.errno == errno.ELOOP and loop.is_symlink()
+
+
+def test_a_named_pipe_is_written_through_or_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as caught:  # nobody reads: refused at once, never blocks
+        atomic.write_text(fifo, "lost\n")
+    assert caught.value.errno == errno.ENXIO and "named pipe" in caught.value.strerror
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
+    reader.start()
+    for _ in range(100):  # the reader opens the pipe: then the write goes through
+        try:
+            atomic.write_text(fifo, "through\n")
+            break
+        except OSError:
+            threading.Event().wait(0.05)
+    reader.join(timeout=10)
+    assert got == ["through\n"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_directory_is_refused(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        atomic.write_text(tmp_path, "x")
+
+
+def test_a_link_to_this_process_stdout_is_written_through(tmp_path):
+    """The /dev/stdout case without touching /dev: a link to /proc/self/fd/1 in a temporary folder."""
+    link = tmp_path / "out"
+    link.symlink_to("/proc/self/fd/1")
+    code = f"from ddp_tutorial import atomic; atomic.write_text({str(link)!r}, 'hello\\n')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "hello\n" and link.is_symlink()
+    rendered = subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", "render", "-o", str(link)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout.startswith("#!") and link.is_symlink()
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_new_files_are_readable_as_the_umask_allows(tmp_path, umask, mode):
+    """P01: results were 0600 (mkstemp's mode) whatever the umask; now 0666 less the umask."""
+    target = tmp_path / "r.json"
+    code = (f"import os; os.umask({umask}); from ddp_tutorial import atomic; atomic.write_json({str(target)!r}, {{}});"
+            f"atomic.write_text({str(tmp_path / 'job.sh')!r}, '#!/bin/sh\\n', mode=0o777)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=REPO)
+    assert stat.S_IMODE(os.stat(target).st_mode) == mode
+    assert stat.S_IMODE(os.stat(tmp_path / "job.sh").st_mode) == 0o777 & ~umask
+
+
+def test_replacing_a_file_keeps_its_permissions(tmp_path):
+    target = tmp_path / "r.json"
+    target.write_text("{}")
+    target.chmod(0o640)
+    atomic.write_json(target, {"a": 1})
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+
+
+def test_check_target_refuses_a_block_device_in_the_users_language(tmp_path, monkeypatch):
+    disk = _mknod(tmp_path / "disk", stat.S_IFBLK, 7, 0)
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    with pytest.raises(TutorialError) as caught:
+        result.check_target(str(disk))
+    assert "blok aygıtı" in str(caught.value)
+
+
+NAMESPACE_DEV = """
+set -e
+mount -t tmpfs -o mode=755 tmpfs /dev
+mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5
+mknod -m 666 /dev/urandom c 1 9; mknod -m 666 /dev/random c 1 8
+mkdir /dev/shm /dev/pts
+ln -s /proc/self/fd /dev/fd; ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
+"""
+
+
+def _unshare_available() -> bool:
+    if not ROOT or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True,
+                          timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_available(), reason="needs root and unshare -m (a private mount namespace)")
+def test_as_root_dev_null_and_dev_stdout_survive_the_cli(mnist_root, tmp_path):
+    """The sweep's own commands, as root, in a private mount namespace with a tmpfs over /dev."""
+    train = (f"{sys.executable} -m ddp_tutorial train --dataset mnist --root {mnist_root} --device cpu"
+             " --threads 1 --train-subset 256 --batch-size 32 --epochs 1 --no-eval --no-progress --json /dev/null")
+    script = NAMESPACE_DEV + f"""
+cd {REPO}
+{train} > {tmp_path}/train.log 2>&1
+test -c /dev/null && echo NULL-IS-A-DEVICE
+echo secret > /dev/null; test -z "$(cat /dev/null)" && echo NULL-IS-EMPTY
+{sys.executable} -m ddp_tutorial slurm render -o /dev/stdout > {tmp_path}/job.sh
+test -L /dev/stdout && echo STDOUT-IS-A-LINK
+"""
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "train.log").read_text() if (tmp_path / "train.log").exists() else ""
+    assert out.returncode == 0, out.stdout + out.stderr + log
+    for word in ("NULL-IS-A-DEVICE", "NULL-IS-EMPTY", "STDOUT-IS-A-LINK"):
+        assert word in out.stdout, out.stdout + out.stderr + log
+    assert (tmp_path / "job.sh").read_text().startswith("#!")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # and the machine's own, of course
