@@ -13,7 +13,15 @@ On a CUDA machine it records, in well under 8 minutes on one GPU:
 4. ``ddp_step`` — one DDP training step at world 1 (NCCL; gloo on the CPU) with the device batch,
    beside the same step without DDP;
 5. ``tests`` — the test suite's CUDA tests, which skip on a machine without a GPU (found by their
-   ``skipif(not torch.cuda.is_available())`` or a ``cuda`` marker).
+   ``skipif(not torch.cuda.is_available())`` or a ``cuda`` marker);
+6. ``facts`` — torch, its CUDA version and architecture list, the driver and each GPU's compute
+   capability (``nvidia-smi``), and whether this torch can use these GPUs (:func:`ddp_tutorial.gpu.check`);
+7. ``pair`` — two ranks as two "hosts" (``RANK`` 0 and 1, one process each, through
+   ``python -m ddp_tutorial.train``): NCCL with one GPU each, or on a one-GPU machine both on ``cuda:0``
+   with a different ``NCCL_HOSTID`` each (NCCL then treats them as two hosts instead of refusing a
+   duplicate GPU); gloo on the CPU. Run twice: ``bit_identical`` compares the two runs' weights;
+8. ``pair_kill`` — the same pair, rank 1 SIGKILLed while it trains: the survivor must end with exit
+   code 3 ("lost contact") within its ``--timeout``, not hang (the seconds it took are recorded).
 
 Without a GPU it says so plainly ("no GPU: CPU path only") and runs the same code on the CPU, small
 and quick (``--quick`` is then the default), so the script cannot rot: tests/test_gpu_check.py runs
@@ -166,6 +174,81 @@ def _training(variant: str, o, device: str, workdir: Path) -> dict:
                                              "backend", "steps_per_epoch", "samples", "load_before")}
 
 
+def facts() -> dict:
+    """torch, CUDA, the driver and the GPUs, as this node reports them (nvidia-smi when it is there)."""
+    from ddp_tutorial import gpu as gpu_rule
+    found = {"torch": torch.__version__, "cuda": torch.version.cuda,
+             "arch_list": torch.cuda.get_arch_list() if torch.cuda.is_available() else []}
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        found["nvidia_smi"] = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.TimeoutExpired):
+        found["nvidia_smi"] = None
+    try:
+        verdict = gpu_rule.check()
+        found["verdict"] = {"ok": verdict.ok, "message": verdict.message()}
+    except Exception as error:  # noqa: BLE001 - a fact-finding step records what went wrong and goes on
+        found["verdict"] = {"error": str(error)}
+    return found
+
+
+def _pair(o, device: str, workdir: Path, name: str, kill: bool = False) -> dict:
+    """Two ranks as two hosts (see the module doc); ``kill``: rank 1 is SIGKILLed once it trains."""
+    port = find_free_port()
+    out = workdir / f"{name}.json"
+    epochs = 200 if kill else o.epochs
+    command = [sys.executable, "-m", "ddp_tutorial.train", "--dataset", o.dataset, "--root", str(o.root),
+               "--epochs", str(epochs), "--device", device, "--timeout", str(o.pair_timeout), "--no-progress",
+               "--no-eval", "--json", str(out)]
+    if o.train_subset:
+        command += ["--train-subset", str(o.train_subset)]
+    processes = []
+    for rank in (0, 1):
+        extra = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                 "GROUP_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                 "DDP_TUTORIAL_LANG": "en"}
+        if device == "cuda":
+            if torch.cuda.device_count() >= 2:
+                extra["CUDA_VISIBLE_DEVICES"] = str(rank)  # one GPU each
+            else:
+                extra["NCCL_HOSTID"] = f"gpu-check-host{rank}"  # one GPU, two "hosts"
+        processes.append(subprocess.Popen(command, cwd=REPO, env=clean_environment(extra), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    started = time.perf_counter()
+    killed_at = None
+    try:
+        if kill:
+            for line in processes[1].stdout:  # rank 1 trains once it prints its first epoch's loss
+                if line.startswith("loss at rank 1"):
+                    break
+            processes[1].kill()
+            killed_at = time.perf_counter()
+        outputs = [p.communicate(timeout=o.pair_timeout + 120)[0] or "" for p in processes]
+    except subprocess.TimeoutExpired:
+        for p in processes:
+            p.kill()
+        return {"error": f"no end within {o.pair_timeout + 120:.0f} s: a hang", "codes": [p.poll() for p in processes]}
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in processes]
+    report = {"codes": codes, "seconds": time.perf_counter() - started, "tail": outputs[0].splitlines()[-3:]}
+    if kill:
+        report["survivor_seconds"] = time.perf_counter() - killed_at
+        report["ok"] = codes[0] == 3 and report["survivor_seconds"] <= o.pair_timeout + 30
+    elif out.is_file():
+        import json
+        result = json.loads(out.read_text())
+        report.update(ok=codes == [0, 0], backend=result.get("backend"), device=result.get("device"),
+                      weights_sha256=result.get("weights_sha256"), samples_per_second=result.get("samples_per_second"))
+    else:
+        report["ok"] = False
+    return report
+
+
 def cuda_tests(tests: Path = REPO / "tests") -> List[str]:
     """The tests that need a CUDA GPU (and skip without one), as pytest node ids."""
     found = []
@@ -215,6 +298,12 @@ def measure(o) -> dict:
                 report[variant] = _training(variant, o, device.type, Path(folder))
             except TutorialError as error:  # recorded, the other parts still run
                 report[variant] = {"error": str(error)}
+        if o.root is not None:
+            runs = [_pair(o, device.type, Path(folder), f"pair{i}") for i in (1, 2)]
+            report["pair"] = dict(runs[0], repeat=runs[1], bit_identical=bool(
+                runs[0].get("weights_sha256")) and runs[0].get("weights_sha256") == runs[1].get("weights_sha256"))
+            report["pair_kill"] = _pair(o, device.type, Path(folder), "pair-kill", kill=True)
+    report["facts"] = facts()
     report["tests"] = run_cuda_tests(o.test_timeout) if o.tests else {"skipped": "--no-tests"}
     report["seconds"] = time.perf_counter() - started
     return report
@@ -237,6 +326,12 @@ def print_result(report: dict) -> None:
         else:
             print(t("gpu_bench.training_missing", variant=t(VARIANT_LABELS[variant]),
                     why=r.get("error") or r.get("skipped", "?")))
+    if "pair" in report:
+        pair, kill = report["pair"], report["pair_kill"]
+        print(t("gpu_bench.pair", backend=pair.get("backend") or "?", ok=pair.get("ok"),
+                same=pair.get("bit_identical"), codes=pair.get("codes")))
+        print(t("gpu_bench.pair_kill", code=(kill.get("codes") or ["?"])[0],
+                seconds=number(kill.get("survivor_seconds") or 0, decimals=1), ok=kill.get("ok")))
     tests = report["tests"]
     print(t("gpu_bench.tests", count=len(tests.get("ids", [])), summary=tests.get("summary") or tests.get("skipped")))
 
@@ -254,6 +349,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-tests", dest="tests", action="store_false", help="do not run the CUDA tests")
     parser.add_argument("--run-timeout", type=float, default=150.0, help="seconds allowed to each training run")
     parser.add_argument("--test-timeout", type=float, default=240.0, help="seconds allowed to the CUDA tests")
+    parser.add_argument("--pair-timeout", type=float, default=30.0,
+                        help="--timeout of the two-rank runs (the killed-rank check must end within it)")
     parser.add_argument("--json", default=None)
     o = parser.parse_args(argv)
     if o.quick is None:
@@ -271,7 +368,9 @@ def main(argv=None) -> int:
         print(t("bench.json_written", path=o.json))
     tests = report["tests"]
     failed = "skipped" not in tests and tests.get("returncode") not in (0, 5)  # 5: pytest collected nothing
-    return 1 if failed else 0
+    pairs = [report[k] for k in ("pair", "pair_kill") if k in report]
+    return 1 if failed or not all(p.get("ok") for p in pairs) or not report.get("pair", {}).get(
+        "bit_identical", True) else 0
 
 
 if __name__ == "__main__":

@@ -144,21 +144,29 @@ def summarize(runs: List[dict]) -> Dict[str, dict]:
 
 
 def label(config: str) -> str:
-    return t(f"bench.headline.config_{config}")
+    """The configuration's name on the figure (two lines)."""
+    return {"seed": t("bench.headline.config_seed"), "world1": t("bench.headline.config_world1"),
+            "linear": t("bench.headline.config_linear"), "sqrt": t("bench.headline.config_sqrt")}[config]
+
+
+def one_line(config: str) -> str:
+    return label(config).replace("\n", " ")
 
 
 def figure(report: dict):
-    """Left: test accuracy per configuration (one dot per seed, the seed's 92.79 % dashed). Right: every
-    rank's loss sum per epoch for the seed's recipe (dots: these runs; crosses: the seed's printout)."""
+    """Left: test accuracy per configuration (one dot per seed, the mean as a bar, the seed's 92.79 % dashed).
+    Right, one panel per epoch: every rank's loss sum for the seed's recipe (dots: these runs, one per seed;
+    crosses: the seed's printout)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
-    left, right = fig.subplots(1, 2, width_ratios=[1.15, 1])
-    summary, printed = report["summary"], report["seed_printed"]
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
+    epochs = min(2, report["epochs"])
+    axes = fig.subplot_mosaic([["acc", f"e{e}"] for e in range(epochs)], width_ratios=[1.15, 1])
+    left, summary, printed = axes["acc"], report["summary"], report["seed_printed"]
     names = [c for c in CONFIGS if c in summary]
     for x, config in enumerate(names):
         values = summary[config]["test_accuracy"]
-        left.scatter([x] * len(values), values, color="tab:blue", zorder=3)
+        left.scatter([x] * len(values), values, color="tab:blue", alpha=0.7, zorder=3)
         left.hlines(statistics.mean(values), x - 0.25, x + 0.25, color="tab:blue")
         left.annotate(t("bench.headline.mean", value=statistics.mean(values)), (x + 0.27, statistics.mean(values)),
                       va="center", fontsize=8)
@@ -166,20 +174,27 @@ def figure(report: dict):
                  label=t("bench.headline.printed", value=printed["test_accuracy"]))
     left.set_xticks(range(len(names)), [label(c) for c in names], fontsize=8)
     left.set_xlim(-0.5, len(names) - 0.2)
+    low = min([printed["test_accuracy"]] + [v for c in names for v in summary[c]["test_accuracy"]])
+    left.set_ylim(bottom=low - 0.4)
     left.set_ylabel(t("bench.headline.accuracy_axis"))
-    left.set_title(t("bench.headline.accuracy_title", seeds=len(summary[names[0]]["seeds"]), epochs=report["epochs"]))
+    left.set_title(t("bench.headline.accuracy_title", seeds=len(summary[names[0]]["seeds"]), epochs=report["epochs"]),
+                   fontsize=10)
     left.legend(loc="lower right", fontsize=8)
     seed_runs = [r for r in report["runs"] if r["config"] == "seed"]
-    for epoch, color in ((0, "tab:green"), (1, "tab:purple")):
+    for epoch, color in zip(range(epochs), ("tab:green", "tab:purple")):
+        ax = axes[f"e{epoch}"]
         for n, run in enumerate(seed_runs):
-            right.scatter(range(len(run["rank_losses"][epoch])), run["rank_losses"][epoch], color=color, alpha=0.6,
-                          label=t("bench.headline.measured_epoch", epoch=epoch + 1) if n == 0 else None)
-        right.scatter(range(6), printed["rank_losses"][epoch], color=color, marker="x", s=60,
-                      label=t("bench.headline.printed_epoch", epoch=epoch + 1))
-    right.set_xlabel(t("bench.headline.rank_axis"))
-    right.set_ylabel(t("bench.headline.loss_axis", steps=seed_runs[0]["steps_per_epoch"] if seed_runs else "?"))
-    right.set_title(t("bench.headline.loss_title"))
-    right.legend(fontsize=8, ncols=2)
+            ax.scatter(range(len(run["rank_losses"][epoch])), run["rank_losses"][epoch], color=color, alpha=0.5,
+                       label=t("bench.headline.measured_epoch", epoch=epoch + 1) if n == 0 else None)
+        ax.scatter(range(6), printed["rank_losses"][epoch], color="black", marker="x", s=50,
+                   label=t("bench.headline.printed_epoch", epoch=epoch + 1))
+        ax.set_ylabel(t("bench.headline.loss_axis", steps=seed_runs[0]["steps_per_epoch"] if seed_runs else "?"),
+                      fontsize=8)
+        ax.legend(fontsize=7, ncols=2, loc="upper center")
+        ax.margins(y=0.35)
+        if epoch == 0:
+            ax.set_title(t("bench.headline.loss_title"), fontsize=10)
+    axes[f"e{epochs - 1}"].set_xlabel(t("bench.headline.rank_axis"))
     return fig
 
 
@@ -196,6 +211,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--figure", type=Path, default=None)
     p.add_argument("--redraw", type=Path, default=None, help="draw --figure from this recorded JSON; no training")
+    p.add_argument("--append", action="store_true",
+                   help="add these seeds' runs to those already recorded in --json (same recipe), then summarise all")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -211,8 +228,8 @@ def main(argv=None) -> int:
         for seed in o.seeds:  # seed-major: every configuration meets the same machine conditions in turn
             for config in o.configs:
                 if not o.quiet:
-                    print(t("bench.headline.running", n=len(runs) + 1, total=total, config=label(config), seed=seed),
-                          flush=True)
+                    print(t("bench.headline.running", n=len(runs) + 1, total=total, config=one_line(config),
+                            seed=seed), flush=True)
                 run = run_once(config, o, seed, workdir)
                 runs.append(run)
                 if not o.quiet:
@@ -220,13 +237,20 @@ def main(argv=None) -> int:
                             first="; ".join(number(v, decimals=2) for v in run["rank_losses"][0]),
                             last="; ".join(number(v, decimals=2) for v in run["rank_losses"][-1]),
                             seconds=run["wall_seconds"]), flush=True)
+        commands = ["python -m benchmarks.seed_headline " + " ".join(sys.argv[1:] if argv is None else argv)]
+        seconds = round(time.perf_counter() - started, 1)
+        if o.append and o.json and o.json.exists():  # an earlier invocation's seeds come first
+            earlier = json.loads(o.json.read_text())
+            runs = [r for r in earlier["runs"] if r["seed"] not in o.seeds] + runs
+            commands = earlier.get("commands", [earlier.get("command")]) + commands
+            seconds += earlier.get("total_seconds", 0)
         report = {
             "benchmark": "seed_headline",
-            "command": "python -m benchmarks.seed_headline " + " ".join(sys.argv[1:] if argv is None else argv),
+            "commands": commands,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "dataset": o.dataset, "epochs": o.epochs, "batch_size": BATCH, "base_lr": LR,
             "train_subset": o.train_subset, "device": "cpu", "backend": "gloo",
-            "total_seconds": round(time.perf_counter() - started, 1),
+            "total_seconds": seconds,
             "machine": machine(), "seed_printed": SEED_PRINTED, "runs": runs, "summary": summarize(runs),
             "lr_rules": {"linear": 6, "sqrt": round(math.sqrt(6), 4)},
         }
@@ -234,8 +258,8 @@ def main(argv=None) -> int:
             write_json(o.json, report)
             print(t("bench.json_written", path=o.json))
     if not o.quiet:
-        for config, row in report["summary"].items():
-            print(t("bench.headline.summary", config=label(config), world=row["world_size"], lr=row["lr"],
+        for config, row in sorted(report["summary"].items(), key=lambda item: list(CONFIGS).index(item[0])):
+            print(t("bench.headline.summary", config=one_line(config), world=row["world_size"], lr=row["lr"],
                     mean=row["test_accuracy_mean"], low=row["test_accuracy_min"], high=row["test_accuracy_max"],
                     seeds=len(row["seeds"])))
     if o.figure:

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 import torch
 
 from . import launch_env
+from .config import TRAIN_RULES
 from .i18n import TutorialError
 from .whoami import DistEnv, env_int
 
@@ -62,7 +63,7 @@ def device_for(local_rank: int, visible: int, requested: str = "auto", local_wor
       — so ``auto`` never mixes CUDA+nccl ranks with CPU+gloo ranks (they would wait for each
       other until a misleading timeout). Each rank decides this alone, from local facts.
     """
-    if requested not in ("auto", "cpu", "cuda"):
+    if requested not in TRAIN_RULES["device"].choices:
         raise TutorialError("device.unknown", device=requested)
     if requested == "cpu":
         return "cpu"
@@ -131,7 +132,7 @@ def choose_device(requested: str, env: DistEnv, environ: Optional[Mapping[str, s
 
 def choose_backend(requested: str, device: torch.device) -> str:
     """``nccl`` when this process has its own GPU, ``gloo`` on the CPU (``auto``)."""
-    if requested not in ("auto", "gloo", "nccl"):
+    if requested not in TRAIN_RULES["backend"].choices:
         raise TutorialError("backend.unknown", backend=requested)
     if requested == "nccl" and device.type != "cuda":
         raise TutorialError("backend.nccl_needs_cuda")

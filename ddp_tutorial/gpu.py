@@ -16,11 +16,15 @@ sites' GPU nodes (:data:`SITES`) and the rule between them. It imports no torch 
 
 The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 
-| variant | from | kernels (compute capabilities) | driver | checked |
-|---|---|---|---|---|
-| cu130 | PyPI (the plain ``pip install torch==2.14.1``) and ``download.pytorch.org/whl/cu130`` | sm_75 … sm_120: Turing and newer (T4, A100, H100/H200, B200) | ≥ 580 | arch list: here, ``torch.cuda.get_arch_list()`` of the installed wheel |
-| cu132 | ``download.pytorch.org/whl/cu132`` | sm_75 … sm_120 | ≥ 580 | release notes only |
-| cu126 | ``download.pytorch.org/whl/cu126`` | sm_50 … sm_90: Maxwell … Hopper (P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) | release notes only |
+| variant | kernels (compute capabilities) | driver | checked here |
+|---|---|---|---|
+| cu130 | sm_75 … sm_120: Turing and newer (T4, A100, H100/H200, B200) | ≥ 580 | yes: PyPI's wheel |
+| cu132 | sm_75 … sm_120 | ≥ 580 | release notes only |
+| cu126 | sm_50 … sm_90: Maxwell … Hopper (P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) | release notes only |
+
+cu130 is PyPI's build (the plain ``pip install torch==2.14.1``; its arch list was read here with
+``torch.cuda.get_arch_list()``) and ``download.pytorch.org/whl/cu130``'s; the others come from
+``download.pytorch.org/whl/<variant>``.
 
 Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` "PyTorch CUDA Support Matrix" for 2.14 (pull
 requests pytorch/pytorch#194367 and #197555, RFC #190355: 2.14 ships CUDA 12.6, 13.0 and 13.2; 12.8
@@ -162,6 +166,13 @@ def suggest(capabilities: Sequence[Capability], driver_version: Optional[str]) -
     return None
 
 
+VERDICT_KEYS = {  # status → its message (literal keys: grep finds every use)
+    "ok": "gpu.verdict_ok", "no_gpu": "gpu.verdict_no_gpu", "cpu_build": "gpu.verdict_cpu_build",
+    "cpu_build_on_gpu_node": "gpu.verdict_cpu_build_on_gpu_node",
+    "driver_too_old": "gpu.verdict_driver_too_old", "no_kernels": "gpu.verdict_no_kernels",
+}
+
+
 @dataclass
 class Verdict:
     """``ok``: this torch can train on these GPUs (or there is none, and the CPU is used).
@@ -177,7 +188,7 @@ class Verdict:
     def key(self) -> str:
         if not self.ok and self.suggestion is None:
             return "gpu.no_variant"
-        return "gpu.verdict_" + self.status
+        return VERDICT_KEYS[self.status]
 
     def message(self, lang: Optional[str] = None) -> str:
         return t(self.key, lang, **self.fields)

@@ -1,10 +1,11 @@
 """Bilingual (Turkish / English) user-facing messages.
 
 Every message a user can see lives in ``ddp_tutorial/messages/<language>.toml``, one file per
-language, one section per area (``[train]``, ``[slurm]`` …), so a translator edits text, never
-Python. The code names a message by its literal key (``t("train.accuracy", acc=92.8)``), so
-``grep`` finds every use. The language comes from ``DDP_TUTORIAL_LANG`` (``tr`` or ``en``;
-English when unset or unknown).
+language, one section per area (``[train]``, ``[slurm]`` …; an exercise's texts in a sub-table
+such as ``[ex.lr_for]``, keys ``ex.lr_for.hint1`` …), so a translator edits text, never Python.
+The code names a message by its literal key (``t("train.accuracy", acc=92.8)``), so ``grep``
+finds every use (an exercise's standard texts are listed by ``Exercise.message_keys()``). The
+language comes from ``DDP_TUTORIAL_LANG`` (``tr`` or ``en``; English when unset or unknown).
 
 Errors a user can cause are raised as :class:`TutorialError`: its text is the message in the
 user's language; the command line prints it without a traceback and exits with code 2.

@@ -105,12 +105,11 @@ class RunState:
         layers = list(model.hidden_layers)
         self.shape = [len(layers), layers[0].in_features, layers[0].out_features, layers[-1].out_features]
         self.lr = optimizer.param_groups[0]["lr"]  # already scaled for this world size (train.py)
-        self.result = TrainResult(
-            rank=self.env.rank, world_size=self.env.world_size, dataset=self.config.dataset, backend=self.backend,
-            device=str(device), seed=self.config.seed, lr=self.lr, batch_size=self.config.batch_size,
-            steps_per_epoch=steps_per_epoch, num_parameters=count_parameters(model), launcher=self.env.scheme,
-            num_nodes=self.env.num_nodes, scale_lr=self.config.scale_lr, warmup_steps=self.config.warmup_steps,
-            threads=torch.get_num_threads(), omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
+        self.result = TrainResult(  # the options as given (config.py's table), then what this run resolved
+            **self.config.recorded(), rank=self.env.rank, world_size=self.env.world_size, backend=self.backend,
+            device=str(device), lr=self.lr, steps_per_epoch=steps_per_epoch, num_parameters=count_parameters(model),
+            launcher=self.env.scheme, num_nodes=self.env.num_nodes, threads=torch.get_num_threads(),
+            omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
         self.start = self._resume() if self.config.resume else Position()
         return self.start
 

@@ -29,6 +29,7 @@ from .device_rule import device_for, explained
 from .entry import run_and_exit
 from .i18n import TutorialError, t
 from .supervisor import run_processes
+from .validate import check_processes
 from .whoami import find_free_port, resolve_environment
 
 
@@ -58,6 +59,8 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
            node_rank: Optional[int] = None) -> int:
     """Start this node's training processes; returns the exit code for this node."""
     config.validate()
+    if nproc_per_node is not None:
+        check_processes(nproc_per_node)  # a bound this machine can start (called from Python, not the CLI)
     if node_rank is None and num_nodes is None and os.environ.get(names.SLURM_PROCID, "") != "":
         probe = resolve_environment(local_rank=0, nproc_per_node=1)  # reads SLURM_PROCID / SLURM_NPROCS
         node_rank, num_nodes = probe.node_rank, probe.num_nodes

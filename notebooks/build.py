@@ -12,8 +12,17 @@ by construction; each markdown cell is written twice, once per language. The for
     print("the same code in both notebooks")
     === code raises-exception
     raise RuntimeError("a cell that is meant to fail (nbval and nbclient expect the error)")
+    === exercise steps_per_epoch
+    print("optional: code shown between the task and the attendee's cell")
 
-(a ``=== md tr`` block must be followed at once by its ``=== md en`` block).
+(a ``=== md tr`` block must be followed at once by its ``=== md en`` block; nothing may stand
+before the first ``===`` line).
+
+``=== exercise NAME`` stands for the cells every checked exercise has, built from
+:mod:`ddp_tutorial.exercises`: the task (markdown: the ``title`` and ``task`` messages of ``[ex.NAME]``
+in each language), the lines below the block line as a code cell (only if there are any), the attendee's
+cell (``# EXERCISE NAME`` and the placeholder, :meth:`Exercise.placeholder`) and the check cell
+(``ex.NAME.check()``).
 
 Code is written once, but its comments and the text it prints are in the notebook's language:
 ``⟪Türkçe‖English⟫`` anywhere in a code cell becomes the Turkish part in ``tr/`` and the English
@@ -50,9 +59,17 @@ LANGUAGES = ("tr", "en")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
+class SourceError(ValueError):
+    """A notebook source the build refuses (its message names the file and what to fix)."""
+
+
+CHECK_CELL = ("from ddp_tutorial import exercises as ex\n\n"
+              "ex.{0}.check()\n# ex.{0}.hint()  ·  ex.{0}.hint(2)  ·  ex.{0}.solution()")
+
+
 def parse(path: Path) -> list:
-    """The cells of a source file: ("code", text), ("code raises-exception", text) or
-    ("md", {"tr": text, "en": text})."""
+    """The cells of a source file: ("code", text), ("code raises-exception", text),
+    ("md", {"tr": text, "en": text}) or ("exercise", (name, text))."""
     cells, kind, lines = [], None, []
 
     def flush():
@@ -61,26 +78,40 @@ def parse(path: Path) -> list:
         text = "\n".join(lines).strip("\n")
         if kind in ("code", "code raises-exception"):
             cells.append((kind, text))
+        elif kind.startswith("exercise "):
+            cells.append(("exercise", (exercise(path, kind[len("exercise "):].strip()).name, text)))
         elif kind == "md tr":
             cells.append(("md", {"tr": text}))
         else:  # md en: completes the Turkish cell just before it
             if not cells or cells[-1][0] != "md" or "en" in cells[-1][1]:
-                raise ValueError(f"{path.name}: '=== md en' must follow a '=== md tr' block")
+                raise SourceError(f"{path.name}: '=== md en' must follow a '=== md tr' block")
             cells[-1][1]["en"] = text
 
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("=== "):
             flush()
             kind, lines = line[4:].strip(), []
-            if kind not in ("code", "code raises-exception", "md tr", "md en"):
-                raise ValueError(f"{path.name}: unknown block {line!r}")
+            if kind not in ("code", "code raises-exception", "md tr", "md en") and not kind.startswith("exercise "):
+                raise SourceError(f"{path.name}:{number}: unknown block {line!r}")
+        elif kind is None and line.strip():
+            raise SourceError(f"{path.name}:{number}: text before the first '=== ' line would be lost: "
+                              f"{line.strip()[:60]!r}; start the file with a block line such as '=== md tr'")
         else:
             lines.append(line)
     flush()
     unpaired = [c for c in cells if c[0] == "md" and set(c[1]) != {"tr", "en"}]
     if unpaired:
-        raise ValueError(f"{path.name}: a '=== md tr' block has no '=== md en' block")
+        raise SourceError(f"{path.name}: a '=== md tr' block has no '=== md en' block")
     return cells
+
+
+def exercise(path: Path, name: str):
+    """The exercise ``name`` of :mod:`ddp_tutorial.exercises` (a clear error when there is none)."""
+    from ddp_tutorial import exercises
+    if name not in exercises.BY_NAME:
+        raise SourceError(f"{path.name}: '=== exercise {name}': ddp_tutorial.exercises has no such exercise "
+                          f"(it has {', '.join(exercises.BY_NAME)})")
+    return exercises.get(name)
 
 
 BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
@@ -90,14 +121,22 @@ def localize(code: str, lang: str) -> str:
     """The code of a cell in one language: ``⟪tr‖en⟫`` → its ``lang`` part."""
     code = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), code)
     if "⟪" in code or "⟫" in code or "‖" in code:
-        raise ValueError(f"an unbalanced ⟪…‖…⟫ in a code cell:\n{code}")
+        raise SourceError(f"an unbalanced ⟪…‖…⟫ in a code cell:\n{code}")
     return code
 
 
 def build(path: Path, lang: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     for kind, content in parse(path):
-        if kind.startswith("code"):
+        if kind == "exercise":
+            name, shown_first = content
+            checked = exercise(path, name)
+            nb.cells.append(nbformat.v4.new_markdown_cell(checked.task(lang)))
+            if shown_first:
+                nb.cells.append(nbformat.v4.new_code_cell(localize(shown_first, lang)))
+            nb.cells.append(nbformat.v4.new_code_cell(checked.placeholder(lang)))
+            nb.cells.append(nbformat.v4.new_code_cell(CHECK_CELL.format(name)))
+        elif kind.startswith("code"):
             cell = nbformat.v4.new_code_cell(localize(content, lang))
             if kind == "code raises-exception":  # the tag both nbval and nbclient understand
                 cell.metadata["tags"] = ["raises-exception"]
@@ -135,11 +174,14 @@ def keep_outputs(nb: nbformat.NotebookNode, target: Path) -> None:
     new_code = [c for c in nb.cells if c.cell_type == "code"]
     unchanged = len(old_code) == len(new_code) and all(a.source == b.source for a, b in zip(old_code, new_code))
     for before, after in zip(old_code, new_code):
-        if before.source == after.source:
+        if before.source == after.source:  # what the run stored with it: outputs, count, timings
             after.outputs, after.execution_count = before.outputs, before.execution_count
+            if "execution" in before.metadata:
+                after.metadata["execution"] = before.metadata["execution"]
     executed = old.metadata.get("ddp_tutorial", {}).get("executed_with")
     if unchanged and executed:  # the whole notebook still shows one real run
         nb.metadata["ddp_tutorial"]["executed_with"] = executed
+        nb.metadata["language_info"] = old.metadata.get("language_info", nb.metadata["language_info"])
 
 
 MAX_LINE = 100  # code lines longer than this are clipped in JupyterLab beside the file browser
@@ -221,6 +263,14 @@ def main(argv=None) -> int:
                         help="run the notebooks on the login node of the test suite's two-node SLURM "
                              "cluster (tests/helpers/slurmlab.py; root), so that 05 really submits its jobs")
     args = parser.parse_args(argv)
+    try:
+        return _main(args, parser, argv)
+    except SourceError as error:
+        print(f"notebooks/build.py: {error}\nnothing written", file=sys.stderr)
+        return 2
+
+
+def _main(args, parser, argv) -> int:
     if args.slurmlab:
         sys.path.insert(0, str(HERE.parent / "tests" / "helpers"))
         import subprocess

@@ -2,53 +2,56 @@
 # Set up this checkout on a fresh machine: system packages (when root on Debian/Ubuntu),
 # a virtual environment in .venv with PyTorch, and the package itself (editable).
 #
-#   bash scripts/setup.sh                 # the package, the notebooks' tools (torch from PyPI)
+#   bash scripts/setup.sh                 # the package, the notebooks' tools, the torch build for this node
 #   bash scripts/setup.sh --test          # and what the tests need (SLURM test cluster, data, pytest, nbval)
-#   bash scripts/setup.sh --cuda cu126    # torch built for CUDA 12.6, from download.pytorch.org/whl/cu126
+#   bash scripts/setup.sh --site truba    # the torch build that runs on every GPU partition of TRUBA (cu126)
+#   bash scripts/setup.sh --cuda cu126    # a build by name: cu126, cu130, cu132 or cpu
 #   bash scripts/setup.sh --index-url URL # torch from another index (a site mirror)
 #
-# Which torch build? (from PyTorch's release notes, not checked here; `ddp-tutorial env` on a GPU
-# node prints the driver, each GPU's compute capability and whether the installed torch fits):
-#   (default) PyPI's torch==2.14.1 is the CUDA 13.0 build: Turing (sm_75) and newer, driver >= 580
-#   cu130  the same from PyTorch's index;  cu128: sm_75 ... sm_120, driver >= 570 (525 with minor-version compat)
-#   cu126  sm_50 ... sm_90 — P100 (sm_60), V100 (sm_70) — driver >= 525 (560 recommended);  cpu: no CUDA
-# The wheel bundles its own CUDA runtime and NCCL: no `module load cuda` is needed (one may even put
-# another libnccl.so.2 first on the library path).
+# Which torch build? The pinned torch (2.14.1) exists as cu130 (PyPI's), cu132 and cu126; their GPUs
+# and drivers are in ONE table, ddp_tutorial/gpu.py (VARIANTS, with its sources), and this script asks
+# it before torch is installed: `python -m ddp_tutorial.gpu choose`. On a GPU node it reads
+# nvidia-smi (driver, each GPU's compute capability); with --site (or DDP_TUTORIAL_SITE) it takes the
+# build that runs on all of that site's GPU partitions, even on a login node without GPUs; with
+# neither it installs PyPI's build. It prints the choice and why in one line. Do not raise the pin
+# past 2.14 while P100/V100 partitions are in use: 2.14 is the last torch with a CUDA 12 build.
+# `ddp-tutorial env` on a GPU node checks the result against the real driver and GPUs.
+# The wheel bundles its own CUDA runtime and NCCL: no `module load cuda` is needed.
 #
-# Environment: PYTHON (default python3), VENV (default .venv), TORCH_VERSION / TORCHVISION_VERSION.
+# Environment: PYTHON (default python3, >= 3.11), VENV (default .venv), SKIP_SYSTEM=1 (no apt-get), TORCH_VERSION /
+# TORCHVISION_VERSION (default: the pin in ddp_tutorial/gpu.py; another version skips the table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
 variant=""
 index_url=""
+site=${DDP_TUTORIAL_SITE:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --test) want_test=1 ;;
     --cuda)
       variant=${2:-}
-      case "$variant" in
-        cu126|cu128|cu130|cpu) ;;
-        *) echo "setup.sh: --cuda takes cu126, cu128, cu130 or cpu (got '${variant}') / --cuda şunlardan birini alır: cu126, cu128, cu130, cpu" >&2; exit 2 ;;
-      esac
-      index_url="https://download.pytorch.org/whl/$variant"
+      [ -n "$variant" ] || { echo "setup.sh: --cuda needs a build name (cu126, cu130, cu132, cpu) / --cuda bir derleme adı ister" >&2; exit 2; }
+      shift ;;
+    --site)
+      site=${2:-}
+      [ -n "$site" ] || { echo "setup.sh: --site needs a name (truba) / --site bir merkez adı ister" >&2; exit 2; }
       shift ;;
     --index-url)
       index_url=${2:-}
       [ -n "$index_url" ] || { echo "setup.sh: --index-url needs a URL / --index-url bir adres ister" >&2; exit 2; }
       shift ;;
-    *) echo "setup.sh: unknown option '$1' (use --test, --cuda VARIANT, --index-url URL) / bilinmeyen seçenek" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$1' (use --test, --site NAME, --cuda VARIANT, --index-url URL) / bilinmeyen seçenek" >&2; exit 2 ;;
   esac
   shift
 done
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-TORCH_VERSION=${TORCH_VERSION:-2.14.1}
-TORCHVISION_VERSION=${TORCHVISION_VERSION:-0.29.1}
 
 # 1. System packages: Debian's genuine Fashion-MNIST (offline data), and for the tests a real
 #    SLURM (controller, node daemon, client), munge and iproute2 for the two-node test cluster.
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -z "${SKIP_SYSTEM:-}" ]; then
   pkgs=(dataset-fashion-mnist)
   [ $want_test = 1 ] && pkgs+=(slurm-wlm slurmctld slurmd slurm-client munge iproute2 util-linux procps)
   missing=()
@@ -66,18 +69,38 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-# With --cuda the installed build must also be that variant (torch.__version__ ends in +cu126 …;
-# PyPI's own wheel has no such suffix, so with --index-url only the version is checked).
+
+# Which build: ddp_tutorial/gpu.py decides (no torch needed; run from this checkout). Its answer:
+# the build, its index URL (empty: PyPI), the pinned versions, and why (one line, user's language).
+choose=(choose)
+[ -n "$site" ] && choose+=(--site "$site")
+[ -n "$variant" ] && choose+=(--cuda "$variant")
+answer=$("$VENV/bin/python" -m ddp_tutorial.gpu "${choose[@]}") || exit 2
+mapfile -t lines <<< "$answer"
+chosen=${lines[0]}; chosen_url=${lines[1]}; read -r pin_torch pin_vision <<< "${lines[2]}"
+TORCH_VERSION=${TORCH_VERSION:-$pin_torch}
+TORCHVISION_VERSION=${TORCHVISION_VERSION:-$pin_vision}
 want_local=""
-case "$variant" in cu*|cpu) want_local="$variant" ;; esac
+if [ -n "$index_url" ]; then
+  echo "== torch build: from $index_url, as asked (--index-url) / istendiği gibi bu dizinden"
+elif [ "$TORCH_VERSION" != "$pin_torch" ]; then
+  echo "== torch build: TORCH_VERSION=$TORCH_VERSION is not the pin ($pin_torch): PyPI's build, the table does not apply / sabitlenen sürüm değil: PyPI derlemesi"
+else
+  echo "== torch build: ${lines[3]}"
+  [ "$chosen" != none ] && want_local=$chosen   # torch.__version__ ends in +cu126, +cu130 (PyPI's too), +cpu
+  index_url=$chosen_url
+fi
+# The installed build must be this version and, when the table chose, this variant.
 if ! "$VENV/bin/python" -c "import torch, torchvision, sys; v = torch.__version__.split('+'); sys.exit(not (v[0] == '$TORCH_VERSION' and torchvision.__version__.split('+')[0] == '$TORCHVISION_VERSION' and ('$want_local' == '' or (v[1:] or [''])[0] == '$want_local')))" 2>/dev/null; then
   if [ -n "$index_url" ]; then
     echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION from $index_url (a few minutes)"
-    # --force-reinstall: an installed PyPI torch of the same version would count as "already there".
+    # --force-reinstall: an installed torch of the same version but another build counts as "already there".
     "${PIP[@]}" install --force-reinstall --index-url "$index_url" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
   else
     echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION (a few minutes)"
-    "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    force=()   # another build of the same version (say +cu126) would count as "already there"
+    "$VENV/bin/python" -c "import torch" 2>/dev/null && force=(--force-reinstall)
+    "${PIP[@]}" install "${force[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
   fi
 fi
 extra=notebooks
@@ -85,6 +108,6 @@ extra=notebooks
 echo "== pip install -e .[$extra]"
 "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" -e ".[$extra]"
 "$VENV/bin/python" -c "import ddp_tutorial, torch; print('ddp_tutorial', ddp_tutorial.__version__, '| torch', torch.__version__)"
-if [ -n "$variant$index_url" ]; then  # does this build fit this node's GPUs? (says so in plain words)
+if command -v nvidia-smi >/dev/null 2>&1; then  # a GPU node: does this build fit its GPUs? (plain words)
   "$VENV/bin/python" -m ddp_tutorial.gpu || true
 fi

@@ -76,9 +76,31 @@ def places(tmp_path_factory):
     holder = socket.socket()           # a port that is in use: this socket listens on it
     holder.bind(("127.0.0.1", 0))
     holder.listen()
+    os.mkfifo(_mkdir(base / "ck-fifo") / "checkpoint.pt")           # a named pipe where the checkpoint is
+    (_mkdir(base / "ck-dir") / "checkpoint.pt").mkdir()             # a directory named checkpoint.pt
+    (base / "ck-dangling").symlink_to(base / "nowhere" / "deeper")  # a link to nothing
+    other_run = subprocess.Popen([sys.executable, "-c", OTHER_RUN, str(_mkdir(base / "ck-busy"))],
+                                 stdout=subprocess.PIPE, text=True)  # another training holds ck-busy
+    assert other_run.stdout.readline().strip() == "ready"
     yield dict(base=base, data=data, empty=base / "empty", file=base / "a-file",
-               busy_port=holder.getsockname()[1], silent_port=_free_port())
+               busy_port=holder.getsockname()[1], silent_port=_free_port(), other_run=other_run.pid)
     holder.close()
+    other_run.kill()
+    other_run.wait(timeout=30)
+
+
+OTHER_RUN = """
+import sys, time
+from ddp_tutorial import checkpoint
+checkpoint.ensure_writable(sys.argv[1])  # what rank 0 of a running training holds
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
 
 
 def cases(p) -> Dict[str, Case]:
@@ -185,6 +207,36 @@ def cases(p) -> Dict[str, Case]:
         "too-many-processes": Case(  # --epochs -1: without the bound this fails on --epochs, starting nothing
             "spawn", ["--nproc-per-node", "100000", *data, "--epochs", "-1"], both=("--nproc-per-node 100000",),
             en=("more than this machine can run",), tr=("çalıştırabileceğinden fazla",)),
+        # Round 3: checkpoint directories (B01, B02, B04, D01), SLURM values (A01, A10, A13–A15)
+        "checkpoint-is-a-named-pipe": Case(
+            "ddp-tutorial", ["train", *data, "--checkpoint-dir", str(p["file"].with_name("ck-fifo")), "--resume"],
+            both=(str(p["file"].with_name("ck-fifo") / "checkpoint.pt"), "FIFO"), en=("not a regular file",),
+            tr=("sıradan bir dosya değil",)),
+        "checkpoint-pt-is-a-directory": Case(
+            "ddp-tutorial", ["train", *data, "--checkpoint-dir", str(p["file"].with_name("ck-dir"))],
+            both=(str(p["file"].with_name("ck-dir") / "checkpoint.pt"),), en=("a directory, not a regular file",),
+            tr=("bir dizin, sıradan bir dosya değil",)),
+        "checkpoint-dir-is-a-dangling-link": Case(
+            "ddp-tutorial", ["train", *data, "--checkpoint-dir", str(p["file"].with_name("ck-dangling"))],
+            both=(str(p["file"].with_name("nowhere") / "deeper"), "--checkpoint-dir"), en=("does not exist",),
+            tr=("var olmayan",)),
+        "checkpoint-dir-in-use-by-another-run": Case(
+            "ddp-tutorial", ["train", *data, "--checkpoint-dir", str(p["file"].with_name("ck-busy"))],
+            both=(f"pid {p.get('other_run')}", "--checkpoint-dir"), en=("in use by another training",),
+            tr=("başka bir eğitim tarafından kullanılıyor",)),
+        "host-list-of-a-million-hosts": Case("train", data, dict(slurm, SLURM_JOB_NODELIST="n[0-999]x[0-999]"),
+                                             both=("100000", "(1000000)"), en=("Malformed", "more than"),
+                                             tr=("Hatalı",)),
+        "preempt-signal-not-shorter-than-the-time-limit": Case(
+            "ddp-tutorial", ["slurm", "render", "--time", "00:05:00", "--preempt-signal", "600", "--requeue"],
+            both=("--preempt-signal 600", "--time 00:05:00"), en=("not shorter",), tr=("kısa değil",)),
+        "slurm-wait-poll-0": Case("ddp-tutorial", ["slurm", "wait", "1", "--poll", "0"], both=("--poll 0",),
+                                  en=("≥ 1",), tr=("1 veya daha büyük",)),
+        "slurm-wait-poll-negative": Case("ddp-tutorial", ["slurm", "wait", "1", "--poll", "-1"],
+                                         both=("--poll -1",), en=("number of seconds",), tr=("saniye değeri",)),
+        "slurm-logs-tail-negative": Case("ddp-tutorial", ["slurm", "logs", "1", "--run-dir", str(p["empty"]),
+                                                          "--tail", "-2"],
+                                         both=("--tail -2",), en=("number of lines",), tr=("satır sayısı",)),
     }
 
 

@@ -171,3 +171,57 @@ def test_notebook_shows_the_benchmarks_recorded_figure(prefix):
         stored = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source == wanted]
         assert stored and any("image/png" in o.get("data", {}) for o in stored[0].outputs), \
             f"{lang}/{path.name}: no recorded figure in the stored outputs; run notebooks/build.py --execute {prefix}"
+
+
+# --------------------------------------------------------------------------------------
+# The seed's headline (issue 27): benchmarks/seed_headline.py, its code path on a tiny subset
+
+
+@pytest.mark.timeout(600)  # three fresh process trees (2 × 3, 2 × 3, 1): about a minute on an idle 2-core machine
+def test_seed_headline_runs_the_seeds_recipe_on_a_tiny_subset(tmp_path):
+    from benchmarks.seed_headline import SEED_PRINTED, node_commands, parse
+
+    # The recipe, command by command: one per-node parent per "node", as the seed starts it (srun -N 2 -n 2).
+    options = parse(["--root", str(tmp_path)])
+    nodes = node_commands("seed", options, 7, tmp_path / "r.json")
+    assert [c[c.index("--node-rank") + 1] for c in nodes] == ["0", "1"]
+    for command in nodes:
+        for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "3"), ("--batch-size", "128"), ("--lr", "0.001"),
+                            ("--epochs", "2"), ("--seed", "7"), ("--dataset", "mnist"), ("--scale-lr", "none")):
+            assert command[command.index(flag) + 1] == value, (flag, command)
+    assert "--json" in nodes[0] and "--json" not in nodes[1]  # global rank 0 lives on node 0
+    sqrt = node_commands("sqrt", options, 0, tmp_path / "r.json")
+    assert [c[c.index("--scale-lr") + 1] for c in sqrt] == ["sqrt"] * 2
+    (single,) = node_commands("world1", options, 0, tmp_path / "r.json")
+    assert single[single.index("--nproc-per-node") + 1] == "1"
+
+    root = write_mnist_like(tmp_path / "data", "mnist", n_train=1536, n_test=256, seed=0)
+    out, figure = tmp_path / "headline.json", tmp_path / "headline.png"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en", TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.seed_headline", "--root", str(root), "--seeds", "0",
+                           "--configs", "seed", "sqrt", "world1", "--epochs", "2", "--train-subset", "1536",
+                           "--json", str(out), "--figure", str(figure)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["seed_printed"] == SEED_PRINTED and report["seed_printed"]["test_accuracy"] == 92.79
+    runs = {r["config"]: r for r in report["runs"]}
+    assert set(runs) == {"seed", "sqrt", "world1"}
+    assert (runs["seed"]["world_size"], runs["seed"]["nodes"], runs["seed"]["launcher"]) == (6, 2, "spawn")
+    assert runs["world1"]["world_size"] == 1
+    assert [runs[c]["lr"] for c in ("seed", "sqrt", "world1")] == pytest.approx([1e-3, 6 ** 0.5 * 1e-3, 1e-3])
+    # 1536 images: 256 per rank at world 6, 2 steps of 128; 12 steps at world 1. Every rank's loss sum, each epoch.
+    assert runs["seed"]["steps_per_epoch"] == 2 and runs["world1"]["steps_per_epoch"] == 12
+    assert [len(epoch) for epoch in runs["seed"]["rank_losses"]] == [6, 6]
+    assert all(0 <= r["test_accuracy"] <= 100 for r in runs.values())
+    summary = report["summary"]["seed"]
+    assert summary["test_accuracy"] == [runs["seed"]["test_accuracy"]] and summary["seeds"] == [0]
+    assert "the seed's recipe" in done.stdout
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The figure again from the recorded JSON, in Turkish, without training.
+    again = tmp_path / "headline-tr.png"
+    redraw = subprocess.run([sys.executable, "-m", "benchmarks.seed_headline", "--redraw", str(out), "--figure",
+                             str(again)], cwd=REPO, env={**env, "DDP_TUTORIAL_LANG": "tr"}, capture_output=True,
+                            text=True, timeout=120)
+    assert redraw.returncode == 0 and "seed'in tarifi" in redraw.stdout, redraw.stdout + redraw.stderr
+    assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

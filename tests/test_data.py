@@ -25,7 +25,9 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.idx_files import label_bytes, write_mnist_like
 
-from data_fixtures import genuine_mnist_root  # noqa: F401,E402  (fixture: genuine MNIST, staged by scripts/test.sh)
+import data_fixtures  # noqa: E402
+
+genuine_mnist_root = data_fixtures.genuine_mnist_root  # the fixture: genuine MNIST, staged by scripts/test.sh
 
 REPO = Path(__file__).resolve().parents[1]
 N_TRAIN, N_TEST = 300, 60

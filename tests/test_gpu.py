@@ -26,21 +26,26 @@ TABLE = [
     ([RTX5090], "580.65.06", "13.0", None, "ok", None),
     ([T4], "590.1", "13.0", None, "ok", None),
     # the same wheel, an older driver: torch sees no GPU at all
-    ([A100], "570.124.06", "13.0", None, "driver_too_old", "cu128"),
-    ([A100], "550.54.15", "13.0", None, "driver_too_old", "cu128"),           # 12.8 with minor-version compatibility
+    ([A100], "570.124.06", "13.0", None, "driver_too_old", "cu126"),          # no cu128 build of 2.14.1
+    ([A100], "565.57.01", "13.0", None, "driver_too_old", "cu126"),           # TRUBA's palamut-cuda
+    ([H100], "565.57.01", "13.0", None, "driver_too_old", "cu126"),           # TRUBA's kolyoz-cuda
+    ([A100], "550.54.15", "13.0", None, "driver_too_old", "cu126"),           # 12.6 with minor-version compatibility
     ([V100], "550.54.15", "13.0", None, "driver_too_old", "cu126"),
     ([A100], "470.82.01", "13.0", None, "driver_too_old", None),              # nothing in the table fits
     # the cu126 build: P100/V100 fine, Blackwell not
     ([P100], "535.104.05", "12.6", None, "ok", None),
     ([V100], "560.35.03", "12.6", None, "ok", None),
     ([B200], "580.65.06", "12.6", None, "no_kernels", "cu130"),
-    ([RTX5090], "570.10", "12.6", None, "no_kernels", "cu128"),
-    # the cu128 build
-    ([V100], "570.10", "12.8", None, "no_kernels", "cu126"),
-    ([H100], "570.10", "12.8", None, "ok", None),
+    ([RTX5090], "570.10", "12.6", None, "no_kernels", None),                  # Blackwell needs CUDA 13: driver ≥ 580
+    # a cu128 build (torch ≤ 2.11, e.g. a site module): the advice is a build of the pinned torch
+    ([V100], "570.10", "12.8", ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "no_kernels", "cu126"),
+    ([H100], "570.10", "12.8", ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "ok", None),
+    # the cu132 build
+    ([V100], "595.1", "13.2", None, "no_kernels", "cu126"),
+    ([H100], "595.1", "13.2", None, "ok", None),
     # a CPU-only torch
     ([], None, None, None, "cpu_build", None),
-    ([A100], "570.10", None, None, "cpu_build_on_gpu_node", "cu128"),
+    ([A100], "570.10", None, None, "cpu_build_on_gpu_node", "cu126"),
     ([V100], "580.1", None, None, "cpu_build_on_gpu_node", "cu126"),
     # a CUDA torch on a login node
     ([], None, "13.0", None, "no_gpu", None),
@@ -73,9 +78,10 @@ def test_the_p100_v100_message_with_the_pypi_wheel_in_both_languages(caps, arch)
     verdict = gpu.compatibility([caps], "580.65.06", "13.0", None)
     en, tr = verdict.message("en"), verdict.message("tr")
     assert f"This torch (CUDA 13.0) has no kernels for {arch}" in en
-    assert "install the cu126 build: bash scripts/setup.sh --cuda cu126".lower() in en.lower()
+    assert "install the cu126 build of torch 2.14.1: bash scripts/setup.sh --cuda cu126".lower() in en.lower()
+    assert "pip install --index-url https://download.pytorch.org/whl/cu126 torch==2.14.1+cu126" in en
     assert f"Bu torch'ta (CUDA 13.0) {arch} için çekirdek kodu (kernel) yok" in tr
-    assert "cu126 derlemesini kurun: bash scripts/setup.sh --cuda cu126" in tr
+    assert "torch 2.14.1 için cu126 derlemesini kurun: bash scripts/setup.sh --cuda cu126" in tr
 
 
 def test_a_cpu_build_on_a_gpu_node_says_so_not_run_on_a_gpu_node():
@@ -98,6 +104,9 @@ def test_which_kernels_run_on_which_gpu(cap, arch_list, runs):
 
 def test_variant_names():
     assert [gpu.variant_of(v) for v in ("13.0", "12.8", "12.6", None, "")] == ["cu130", "cu128", "cu126", None, None]
+    # The table holds only builds that exist for the pinned torch: PyPI's first, then the index's.
+    assert list(gpu.VARIANTS) == ["cu130", "cu132", "cu126"] and gpu.VARIANTS["cu130"].pypi
+    assert gpu.TORCH_VERSION == "2.14.1" and "cu128" not in gpu.VARIANTS
 
 
 def test_parsing_nvidia_smi_and_proc():

@@ -46,6 +46,10 @@ def test_gpu_check_on_the_cpu_path(tmp_path):
     for variant in ("package", "seed"):
         assert report[variant]["samples_per_second"] > 0, report[variant]
         assert report[variant]["samples"] == 512 and report[variant]["device"] == "cpu"
+    pair, kill = report["pair"], report["pair_kill"]  # two ranks as two hosts (gloo here), run twice
+    assert pair["ok"] and pair["backend"] == "gloo" and pair["bit_identical"], pair
+    assert kill["ok"] and kill["codes"][0] == 3, kill  # the survivor of a killed rank: exit 3, no hang
+    assert report["facts"]["torch"] == torch.__version__
     tests = report["tests"]  # the CUDA tests ran, and skipped here
     assert tests["ids"] == gpu.cuda_tests() and tests["returncode"] == 0
     assert "skipped" in tests["summary"] and "failed" not in tests["summary"]

@@ -1,8 +1,11 @@
 """SLURM host lists: our parser, and scontrol where it is installed."""
 
 import os
+import resource
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -28,7 +31,8 @@ def test_expand(text, hosts):
     assert first_host(text) == hosts[0]
 
 
-@pytest.mark.parametrize("bad", ["", "gpu[01-03", "gpu01]", "gpu[a-b]", "gpu[3-1]", "gpu[[1]]", "a,,b", "g[1-9999999]"])
+@pytest.mark.parametrize("bad", ["", "gpu[01-03", "gpu01]", "gpu[a-b]", "gpu[3-1]", "gpu[[1]]", "a,,b", "g[1-9999999]",
+                                 "[1-3]", "gpu[]", "gpu1,", "n[0-9999]x[0-9999]", "a[1-60000],b[1-60000]"])
 def test_malformed_hostlists_are_clear_errors(bad):
     with pytest.raises(TutorialError) as error:
         expand_hostlist(bad)
@@ -48,3 +52,35 @@ def test_same_answer_as_scontrol(text, tmp_path):
     if out.returncode != 0:
         pytest.skip(f"scontrol cannot run here: {out.stderr.strip()}")
     assert out.stdout.split() == expand_hostlist(text)
+
+
+def _capped(limit_bytes: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
+@pytest.mark.parametrize("text", ["n[0-9999]x[0-9999]", "a[0-99]b[0-99]c[0-99]d[0-99]", "x[1-99999,1-99999]"])
+def test_an_oversized_host_list_is_refused_before_it_is_built(text):
+    """A01: the bound was checked after the 10^8-name product was built (30 s of CPU, then MemoryError).
+    Run under a 1 GiB address-space cap and a time limit: the check must come first."""
+    code = ("import sys\nfrom ddp_tutorial.hostlist import expand_hostlist\n"
+            "from ddp_tutorial.i18n import TutorialError\n"
+            "try:\n    expand_hostlist(sys.argv[1])\nexcept TutorialError as e:\n    print('REFUSED', e)\n")
+    began = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_capped(1 << 30), env=dict(os.environ, DDP_TUTORIAL_LANG="en"))
+    assert out.stdout.startswith("REFUSED") and "more than 100000 hosts" in out.stdout, out.stdout + out.stderr
+    assert time.monotonic() - began < 30
+
+
+@pytest.mark.parametrize("lang,prefix", [("en", "error: "), ("tr", "hata: ")])
+def test_the_hostlist_command_gives_a_message_not_a_traceback(lang, prefix):
+    """J02: `python -m ddp_tutorial.hostlist 'gpu[]'` was a traceback, and '[1-3]' gave the host '1'."""
+    env = dict(os.environ, DDP_TUTORIAL_LANG=lang)
+    for bad in ("gpu[]", "gpu1,", "[1-3]"):
+        out = subprocess.run([sys.executable, "-m", "ddp_tutorial.hostlist", bad], capture_output=True, text=True,
+                             timeout=60, env=env)
+        assert out.returncode == 2 and out.stderr.startswith(prefix) and "Traceback" not in out.stderr, out.stderr
+        assert repr(bad) in out.stderr and out.stdout == ""
+    good = subprocess.run([sys.executable, "-m", "ddp_tutorial.hostlist", "gpu[01-02]"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert good.returncode == 0 and good.stdout.split() == ["gpu01", "gpu02"]

@@ -146,3 +146,75 @@ def test_a_live_kernel_shows_progress_while_engines_start_and_train_runs(tmp_pat
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def _is_ipp(process) -> bool:
+    try:
+        return "ipyparallel" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def test_the_stop_button_while_engines_start_stops_what_was_started(tmp_path):
+    """I01: KeyboardInterrupt during ipp.start() left the controller (9 processes), 2 engines and 2
+    nannies running for good, unguarded; the next start built a second cluster."""
+    km, kc = start_kernel(tmp_path, CI="true")
+    kernel = psutil.Process(km.provisioner.pid)
+    seen = {}
+    try:
+        request = kc.execute("from ddp_tutorial import ipp\nengines = ipp.start(2)\n")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # press the button once engines are being started
+            seen.update({p.pid: p for p in kernel.children(recursive=True)})
+            if any(_is_ipp(p) and "engine" in " ".join(p.cmdline()) for p in still_running(list(seen.values()))):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no engine process appeared within 120 s")
+        km.interrupt_kernel()
+        while True:
+            reply = kc.get_shell_msg(timeout=120)
+            if reply["parent_header"].get("msg_id") == request:
+                break
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply
+        began = time.monotonic()
+        while time.monotonic() - began < GONE_WITHIN:  # what started after the press counts too
+            seen.update({p.pid: p for p in kernel.children(recursive=True)})
+            if not still_running(list(seen.values())):
+                break
+            time.sleep(0.1)
+        left = still_running(list(seen.values()))
+        assert not left, f"left behind: {[(p.pid, p.cmdline()[-2:]) for p in left]}"
+        assert "CURRENT None" in stdout_of(execute(kc, "print('CURRENT', ipp.current())\n"))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        for p in still_running(list(seen.values())):
+            p.kill()
+
+
+def test_a_dead_controller_leaves_no_scheduler_after_a_clean_shutdown(tmp_path):
+    """I02: the controller's scheduler processes (ppid 1 once it died) survived the stop that follows
+    (ipp.train stops the engines when it finds the controller dead; the guard is then released)."""
+    km, kc, kernel, descendants = kernel_with_two_engines(tmp_path)
+    try:
+        controller = next(p for p in descendants if p.pid == int(stdout_of(execute(
+            kc, "print('CONTROLLER', engines.cluster.controller.pid)\n")).split("CONTROLLER")[1].split()[0]))
+        schedulers = controller.children(recursive=True)
+        assert schedulers, "ipyparallel's controller started no scheduler process"
+        controller.kill()
+        controller.wait(timeout=30)
+        execute(kc, "ipp.stop()\n")  # what ipp.train does when it finds the controller dead
+        seconds_until_gone(schedulers, limit=GONE_WITHIN)
+        left = still_running(schedulers)
+        assert not left, f"left behind by ipp.stop(): {[(p.pid, p.cmdline()[-2:]) for p in left]}"
+        km.shutdown_kernel(now=False)  # JupyterLab's Kernel → Shut Down Kernel
+        seconds_until_gone(descendants, limit=GONE_WITHIN)
+        left = still_running(descendants)
+        assert not left, f"left behind: {[(p.pid, p.cmdline()[-2:]) for p in left]}"
+    finally:
+        kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+        for p in still_running(descendants):
+            p.kill()

@@ -264,7 +264,9 @@ def _catalogue(lang):
 
 
 def _used_keys():
-    used = set()
+    """Keys written as literals in code, plus the standard texts of every exercise in the catalogue."""
+    from ddp_tutorial.exercises import EXERCISES
+    used = {key for exercise in EXERCISES for key in exercise.message_keys()}
     for source in [p for p in NON_TEST_SOURCES if p.suffix in (".py", ".cells")]:
         used |= set(LITERAL_KEY.findall(source.read_text()))
     return used
@@ -276,8 +278,7 @@ def test_every_message_key_is_used_and_every_used_key_exists():
     catalogue = _catalogue("en")
     assert catalogue == _catalogue("tr"), sorted(catalogue ^ _catalogue("tr"))
     used = _used_keys()
-    unused = sorted(k for k in catalogue if k not in used and not any(
-        k.startswith(prefix) for prefix in _DATA_KEY_PREFIXES()))
+    unused = sorted(k for k in catalogue if k not in used)
     assert not unused, "message keys nobody uses (delete them):\n" + "\n".join(unused)
     named = set()
     for source in [p for p in NON_TEST_SOURCES if p.suffix == ".py"]:
@@ -285,13 +286,3 @@ def test_every_message_key_is_used_and_every_used_key_exists():
     missing = sorted(k for k in named if k not in catalogue)
     assert not missing, "keys named in the code but missing from messages/*.toml:\n" + "\n".join(missing)
 
-
-def _DATA_KEY_PREFIXES():
-    """Keys looked up from data rather than named in code: each exercise's texts (its [ex.<name>] table,
-    read by the exercise machinery for every exercise in the catalogue)."""
-    try:
-        from ddp_tutorial.exercises import catalogue
-    except ImportError:
-        return ()
-    names = [getattr(e, "name", None) for e in getattr(catalogue, "ALL", getattr(catalogue, "EXERCISES", ()))]
-    return tuple(f"ex.{n}." for n in names if n)

