@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ddp_tutorial import atomic
 from ddp_tutorial.config import TrainConfig
 from ddp_tutorial.whoami import find_free_port, resolve_environment
 from ddp_tutorial.i18n import t
@@ -68,7 +69,7 @@ def _profiled_rank(local_rank: int, config: TrainConfig, world: int, outdir: str
     lines += [t("bench.profile.share", kind=t(PROFILE_LABELS[kind]), pct=100 * seconds / total)
               for kind, seconds in sorted(shares.items(), key=lambda kv: -kv[1])]
     table = averages.table(sort_by="self_cpu_time_total", row_limit=rows)
-    Path(outdir, f"rank{env.rank}.txt").write_text("\n".join(lines) + "\n\n" + table + "\n")
+    atomic.write_text(Path(outdir, f"rank{env.rank}.txt"), "\n".join(lines) + "\n\n" + table + "\n")
 
 
 def main(argv=None) -> int:

@@ -33,18 +33,18 @@ def _split_top_level(text: str) -> List[str]:
         if char == "[":
             depth += 1
             if depth > 1:
-                raise TutorialError("hostlist.malformed", text=text, why="nested '['")
+                raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.nested"))
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise TutorialError("hostlist.malformed", text=text, why="']' without '['")
+                raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.close_without_open"))
         if char == "," and depth == 0:
             parts.append("".join(current))
             current = []
         else:
             current.append(char)
     if depth != 0:
-        raise TutorialError("hostlist.malformed", text=text, why="'[' without ']'")
+        raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.open_without_close"))
     parts.append("".join(current))
     return parts
 
@@ -55,10 +55,10 @@ def _group_values(text: str, group: str) -> List[Tuple[int, int, int]]:
     for item in group.split(","):
         match = _RANGE.match(item.strip())
         if not match:
-            raise TutorialError("hostlist.malformed", text=text, why=f"bad range {item!r}")
+            raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.bad_range", item=repr(item)))
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
-            raise TutorialError("hostlist.malformed", text=text, why=f"range {item!r} runs backwards")
+            raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.backwards", item=repr(item)))
         ranges.append((int(low), int(high), len(low)))
     return ranges
 
@@ -74,13 +74,13 @@ def _expand_group(ranges: List[Tuple[int, int, int]]) -> List[str]:
 def expand_hostlist(text: str) -> List[str]:
     """All host names of a SLURM host list, in order."""
     if text is None or not text.strip():
-        raise TutorialError("hostlist.malformed", text=text, why="empty")
+        raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.empty"))
     hosts: List[str] = []
     for expression in _split_top_level(text.strip()):
         if not expression:
-            raise TutorialError("hostlist.malformed", text=text, why="empty element")
+            raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.empty_element"))
         if expression.startswith("["):  # '[1-3]' would make hosts named 1, 2, 3
-            raise TutorialError("hostlist.malformed", text=text, why="a host name must start with a letter or digit")
+            raise TutorialError("hostlist.malformed", text=text, why=t("hostlist_why.starts_with_bracket"))
         pieces = re.split(r"(\[[^\]]*\])", expression)
         groups = []
         for piece in pieces:
@@ -88,13 +88,14 @@ def expand_hostlist(text: str) -> List[str]:
                 groups.append(_group_values(text, piece[1:-1]))
             elif piece:
                 if any(c in piece for c in "[] \t"):
-                    raise TutorialError("hostlist.malformed", text=text, why=f"bad text {piece!r}")
+                    raise TutorialError("hostlist.malformed", text=text,
+                                        why=t("hostlist_why.bad_text", piece=repr(piece)))
                 groups.append(piece)
         # Count first, build after: 'n[0-9999]x[0-9999]' is 10^8 names (gigabytes) before any check.
         count = math.prod(_count(g) for g in groups if not isinstance(g, str))
         if len(hosts) + count > MAX_HOSTS:
             raise TutorialError("hostlist.malformed", text=text,
-                                why=f"more than {MAX_HOSTS} hosts ({len(hosts) + count})")
+                                why=t("hostlist_why.too_many", limit=MAX_HOSTS, count=len(hosts) + count))
         choices = [[g] if isinstance(g, str) else _expand_group(g) for g in groups]
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts

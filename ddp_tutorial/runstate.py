@@ -88,6 +88,8 @@ class RunState:
 
     def __exit__(self, kind, error, trace) -> None:
         self.stop.uninstall()
+        if self.env.is_main and self.config.checkpoint_dir:
+            ckpt.release(self.config.checkpoint_dir)  # the directory's lock, taken by ensure_writable
         if isinstance(error, TutorialError) and self.distributed and "rank" not in error.fields:
             error.rank = self.env.rank  # entry.run_and_exit prints "error (rank N): …"
 

@@ -71,7 +71,7 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
         raise TutorialError("env.world_size", world_size=nproc_per_node * num_nodes)
 
     if config.device != "cpu":
-        # The device rule (distributed.device_for), checked once here before any child starts: the
+        # The device rule (device_rule.device_for), checked once here before any child starts: the
         # children share this node's GPUs, one each; fewer GPUs than processes is an error, never a
         # silent mix of CUDA+nccl and CPU+gloo ranks.
         with explained():

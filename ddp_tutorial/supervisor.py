@@ -59,7 +59,7 @@ ABORT_CODES = (-signal.SIGABRT, 128 + signal.SIGABRT)  # SIGABRT: -6 from Python
 
 def is_consequence(code: Optional[int]) -> bool:
     """An exit that follows *another* rank's failure: lost contact (3), or SIGABRT — what NCCL's
-    watchdog does to a survivor whose collective timed out (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)."""
+    watchdog does to a survivor whose collective timed out (TORCH_NCCL_ASYNC_ERROR_HANDLING, torch's default)."""
     return code == EXIT_LOST_PEER or code in ABORT_CODES
 
 

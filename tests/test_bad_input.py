@@ -226,7 +226,7 @@ def cases(p) -> Dict[str, Case]:
             tr=("başka bir eğitim tarafından kullanılıyor",)),
         "host-list-of-a-million-hosts": Case("train", data, dict(slurm, SLURM_JOB_NODELIST="n[0-999]x[0-999]"),
                                              both=("100000", "(1000000)"), en=("Malformed", "more than"),
-                                             tr=("Hatalı",)),
+                                             tr=("Hatalı", "düğümden fazla")),
         "preempt-signal-not-shorter-than-the-time-limit": Case(
             "ddp-tutorial", ["slurm", "render", "--time", "00:05:00", "--preempt-signal", "600", "--requeue"],
             both=("--preempt-signal 600", "--time 00:05:00"), en=("not shorter",), tr=("kısa değil",)),

@@ -1,4 +1,4 @@
-"""The one device rule of every launcher (distributed.device_for), on tables: visible GPUs × local
+"""The one device rule of every launcher (device_rule.device_for), on tables: visible GPUs × local
 rank × binding. And the NCCL process-group helpers where the CPU can run them."""
 
 import itertools

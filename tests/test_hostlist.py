@@ -84,3 +84,13 @@ def test_the_hostlist_command_gives_a_message_not_a_traceback(lang, prefix):
     good = subprocess.run([sys.executable, "-m", "ddp_tutorial.hostlist", "gpu[01-02]"], capture_output=True,
                           text=True, timeout=60, env=env)
     assert good.returncode == 0 and good.stdout.split() == ["gpu01", "gpu02"]
+
+
+def test_the_reasons_are_in_the_users_language(monkeypatch):
+    """The reasons inside the message were English under DDP_TUTORIAL_LANG=tr."""
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
+    for bad, words in (("gpu[01-", "']' olmadan bir '['"), ("gpu[07-03]", "tersten gidiyor"), ("a,,b", "boş bir öğe"),
+                       ("[1-3]", "harf ya da rakamla başlar"), ("n[0-999]x[0-999]", "düğümden fazla")):
+        with pytest.raises(TutorialError) as caught:
+            expand_hostlist(bad)
+        assert words in str(caught.value) and "Hatalı SLURM düğüm listesi" in str(caught.value)

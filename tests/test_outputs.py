@@ -10,7 +10,9 @@ whatever the code under test does.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import resource
 import shutil
 import stat
 import subprocess
@@ -174,3 +176,40 @@ test -L /dev/stdout && echo STDOUT-IS-A-LINK
         assert word in out.stdout, out.stdout + out.stderr + log
     assert (tmp_path / "job.sh").read_text().startswith("#!")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # and the machine's own, of course
+
+
+def test_a_result_that_can_be_written_nowhere_is_printed_on_stderr(tmp_path):
+    """D04: with the target and the fallback both unwritable (a file-size limit), only the digest survived."""
+    code = ("from ddp_tutorial import result\nfrom ddp_tutorial.i18n import TutorialError\n"
+            "r = result.TrainResult(rank=0, world_size=1, dataset='mnist', backend='gloo', device='cpu', seed=0,"
+            " lr=0.001, batch_size=32, epochs=[0.5, 0.25], weights_sha256='abc')\n"
+            f"try:\n    result.write({str(tmp_path / 'r.json')!r}, r)\nexcept TutorialError as e:\n"
+            "    print('KEY', e.key)\n")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))  # noqa: E731 - `ulimit -f`, as the sweep
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         preexec_fn=limit, env=dict(os.environ, DDP_TUTORIAL_LANG="en"))
+    assert "KEY result.lost" in out.stdout, out.stdout + out.stderr
+    printed = [line for line in out.stderr.splitlines() if line.startswith("{")]
+    assert printed and json.loads(printed[0])["epochs"] == [0.5, 0.25]
+
+
+@pytest.mark.skipif(not ROOT, reason="switching to another user needs root")
+def test_a_user_may_send_the_result_to_dev_null():
+    """J01: as an ordinary user `--json /dev/null` was refused ('Permission denied': a probe file in /dev)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: user 65534 (nobody), the package already imported; never returns into pytest
+        os.close(read)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            answer = f"OK {result.check_target('/dev/null')}"
+        except BaseException as error:  # noqa: BLE001
+            answer = f"{type(error).__name__}: {error}"
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    answer = os.read(read, 4000).decode()
+    os.close(read)
+    assert answer == "OK /dev/null", answer

@@ -93,3 +93,14 @@ def test_render_refuses_the_livelock_on_the_command_line(stand_in):
                       "--requeue", lang="tr")
     assert out.returncode == 2 and "hata:" in out.stderr and "--preempt-signal 600" in out.stderr, out.stderr
     assert out.stdout == ""  # no script
+
+
+@pytest.mark.parametrize("module", ["-f", "--force", "-"])
+def test_a_module_that_looks_like_an_option_is_refused(module, monkeypatch):
+    """H09b: `--module=-f` rendered `module load -f`."""
+    for lang, words in (("en", "not starting with -"), ("tr", "başta - olmadan")):
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        with pytest.raises(TutorialError) as caught:
+            slurm.render(slurm.JobSpec(modules=(module,)))
+        assert f"module={module!r}" in str(caught.value) and words in str(caught.value)
+    slurm.render(slurm.JobSpec(modules=("cuda/12.1", "gcc-12")))

@@ -567,3 +567,38 @@ def test_launcher_cores_match_the_profile(profile):
     text = slurm.render(slurm.JobSpec.from_profile(profile, gpus_per_node=3, template="torchrun"))
     assert f"#SBATCH --cpus-per-task={3 * p.cpus_per_gpu} " in text
     assert f"--threads {p.cpus_per_gpu}" in text and f"export OMP_NUM_THREADS={p.cpus_per_gpu} " in text
+
+
+def _check_block(text: str) -> str:
+    return "# ---- GPU check" + text.split("# ---- GPU check")[1].split("\n\n")[0] + "\n"
+
+
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+def test_gpu_jobs_check_once_that_this_torch_fits_the_gpus(template, tmp_path):
+    """A GPU job of the package's training stops at once, with the verdict and the fixing command, when
+    the torch of $PYTHON cannot use the node's GPUs (a fake nvidia-smi: driver 565 + V100, TRUBA's
+    akya-cuda, and this machine's PyPI cu130 torch); no GPU seen or a fitting build: it goes on."""
+    text = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2))
+    assert text.index("# ---- which network") < text.index("# ---- GPU check") < text.index("\nsrun ")
+    script = tmp_path / "check.sh"
+    script.write_text(f"PYTHON={sys.executable}\n" + _check_block(text) + 'echo "went on"\n')
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "nvidia-smi").write_text("#!/bin/sh\nprintf '%s\\n' 'Tesla V100-SXM2-16GB, 7.0, 565.57.01'\n")
+    (node / "nvidia-smi").chmod(0o755)
+    base = {"PATH": os.environ["PATH"], "DDP_TUTORIAL_LANG": "en", "PYTHONPATH": str(REPO)}
+    import torch
+    if torch.version.cuda == "13.0" and not torch.cuda.is_available():  # this machine's torch
+        done = subprocess.run([BASH, str(script)], capture_output=True, text=True, timeout=120,
+                              env={**base, "PATH": f"{node}:{os.environ['PATH']}"})
+        assert done.returncode == 2 and "went on" not in done.stdout, done.stdout + done.stderr
+        assert "bash scripts/setup.sh --cuda cu126" in done.stdout and "GPU check failed" in done.stdout
+    no_gpu = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not Path(p, "nvidia-smi").exists())
+    done = subprocess.run([BASH, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**base, "PATH": no_gpu})
+    assert done.returncode == 0 and "went on" in done.stdout, done.stdout + done.stderr
+    # Not for CPU jobs, nor for your own script (its environment need not have this package).
+    assert "# ---- GPU check" not in slurm.render(slurm.JobSpec(template=template, nproc_per_node=2))
+    if template in slurm.SCRIPT_TEMPLATES:
+        own = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2, script="train.py"))
+        assert "# ---- GPU check" not in own

@@ -208,11 +208,16 @@ def test_script_args_as_string_or_tuple():
 # Profiles (issue 14): the torch wheel each GPU partition needs, no CUDA module
 
 
-def test_gpu_profiles_name_their_wheel():
-    wheels = {name: p.wheel for name, p in slurm.PROFILES.items() if p.gpus_per_node}
-    assert wheels["barbun-cuda"] == "cu126" and wheels["akya-cuda"] == "cu126"
-    assert wheels["palamut-cuda"] == "cu128"
-    assert all(wheels.values())
+def test_the_site_build_runs_on_every_gpu_profile():
+    """The torch build for TRUBA comes from one table (ddp_tutorial.gpu); every GPU profile's partition is
+    in it and that build has kernels for its GPUs."""
+    from ddp_tutorial import gpu
+    site = gpu.SITES["truba"]
+    variant = gpu.suggest(list(site.partitions.values()), site.driver)
+    assert variant == "cu126"
+    for p in slurm.PROFILES.values():
+        if p.gpus_per_node:
+            assert gpu.has_kernels(site.partitions[p.partition], gpu.VARIANTS[variant].arch_list), p.name
     assert not any(p.checked for p in slurm.PROFILES.values())  # from the site's documents, not nvidia-smi
     text = slurm.render(slurm.JobSpec.from_profile("palamut-cuda"))
     assert "module load" not in text and "cuda/12" not in text

@@ -253,16 +253,13 @@ class Exercise:
         print(self.evaluate(answer).text)
 
     def hint(self, level: Optional[int] = None) -> None:
-        """Print a hint: the first call (or ``hint(1)``) a nudge, the next (or ``hint(2)``) more concrete."""
+        """Print a hint: the first call (or ``hint(1)``) a nudge, the next (or ``hint(2)``) more concrete.
+        ``hint(1)`` also starts the sequence again: the next ``hint()`` is the second."""
         if level is None:
-            self._hints_shown = min(self._hints_shown + 1, 2)
-            level = self._hints_shown
+            level = self._hints_shown + 1
         level = 1 if level < 2 else 2
+        self._hints_shown = level
         print(t("ex.hint_title", level=level) + " " + self.text(("hint1", "hint2")[level - 1]))
-
-    def reset_hints(self) -> None:
-        """The next ``hint()`` is the first one again."""
-        self._hints_shown = 0
 
     def solution(self) -> None:
         """Print a solution: a one-line explanation and the code."""

@@ -6,6 +6,7 @@ The templates are ordinary sbatch scripts with gaps that :func:`render` fills:
 * ``{{settings}}`` — shell variables (interpreter, run directory, training options or your script);
 * ``{{setup}}``    — the environment set-up (``module load``, conda or venv activation);
 * ``{{network}}``  — which network interface gloo and NCCL use (:func:`network_lines`, after ``MASTER_ADDR``);
+* ``{{check}}``    — GPU jobs of the package's training: does this torch fit the node's GPUs (:func:`check_lines`);
 * ``{{program}}``  — what each process runs: the package's training, or your own script
   (per-gpu and torchrun templates).
 
@@ -153,6 +154,20 @@ def network_lines() -> List[str]:
     ]
 
 
+def check_lines(spec: JobSpec) -> List[str]:
+    """GPU jobs that run the package's training: the batch host (a node of the partition) checks once
+    whether the torch of ``$PYTHON`` can use its GPUs (``ddp_tutorial.gpu``: driver and kernels) and ends
+    the job with the verdict and the command that fixes it, instead of every rank failing on its own.
+    Not for your own script (its environment need not have this package) nor CPU jobs."""
+    if not spec.gpus_per_node or spec.script is not None:
+        return []
+    return [
+        "# ---- GPU check / GPU denetimi ------------------------------------------------------------",
+        "# Does this torch fit this node's GPUs and driver? One verdict here instead of an error on every rank.",
+        '"$PYTHON" -m ddp_tutorial.gpu || { echo "GPU check failed: see the lines above (docs/truba.md)"; exit 2; }',
+    ]
+
+
 def _settings_lines(spec: JobSpec) -> List[str]:
     per_node = "one per GPU" if spec.gpus_per_node else "CPU processes"
     pairs = [
@@ -211,7 +226,8 @@ def render(spec: JobSpec) -> str:
     """The sbatch script for ``spec`` (validated first)."""
     validate(spec)
     gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(_settings_lines(spec)),
-            "setup": "\n".join(_setup_lines(spec)), "network": "\n".join(network_lines())}
+            "setup": "\n".join(_setup_lines(spec)), "network": "\n".join(network_lines()),
+            "check": "\n".join(check_lines(spec))}
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
     return fill(template_text(spec.template), gaps)
@@ -245,6 +261,4 @@ def write_script(text: str, path: os.PathLike | str) -> Path:
     """Write a rendered script (executable, atomically) and return its path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text)
-    path.chmod(0o755)
-    return path
+    return write_text(path, text, mode=0o777)  # executable (less the umask); a device or pipe is written through

@@ -37,15 +37,14 @@ SCRIPT_TEMPLATES = ("per-gpu", "torchrun")
 
 @dataclass(frozen=True)
 class Profile:
-    """What a partition's nodes offer: GPUs per node, CPU cores that go with each GPU, and the
-    torch wheel variant its GPUs need (``pip install torch --index-url …/whl/<wheel>``)."""
+    """What a partition's nodes offer: GPUs per node and the CPU cores that go with each GPU. (Which torch
+    build the site's GPUs need is :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
 
     name: str
     partition: Optional[str]
     gpus_per_node: int
     cpus_per_gpu: int
     description: str
-    wheel: Optional[str] = None          # cu126, cu128 …; None: any (CPU)
     gpu: Optional[str] = None            # GPU model and compute capability
     checked: bool = False                # False: taken from the site's documentation, not from nvidia-smi
 
@@ -55,13 +54,13 @@ PROFILES: Dict[str, Profile] = {
     for p in (
         Profile("generic", None, 0, 1, "any cluster; CPU-only unless --gpus-per-node is given"),
         Profile("barbun-cuda", "barbun-cuda", 2, 20, "TRUBA barbun-cuda: 2× NVIDIA P100, 20 cores per GPU",
-                wheel="cu126", gpu="P100, sm_60"),
+                gpu="P100, sm_60"),
         Profile("akya-cuda", "akya-cuda", 4, 10, "TRUBA akya-cuda: 4× NVIDIA V100, 10 cores per GPU",
-                wheel="cu126", gpu="V100, sm_70"),
+                gpu="V100, sm_70"),
         Profile("palamut-cuda", "palamut-cuda", 8, 16, "TRUBA palamut-cuda: 8× NVIDIA A100, 16 cores per GPU",
-                wheel="cu128", gpu="A100, sm_80"),
+                gpu="A100, sm_80"),
         Profile("kolyoz-cuda", "kolyoz-cuda", 4, 16, "TRUBA kolyoz-cuda: 4× NVIDIA H100/H200, 16 cores per GPU",
-                wheel="cu128", gpu="H100/H200, sm_90"),
+                gpu="H100/H200, sm_90"),
     )
 }
 
@@ -163,7 +162,7 @@ class JobSpec(TrainingOptions):
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 PATH = re.compile(r"[A-Za-z0-9_./+,@-]{1,4096}")
-MODULE = re.compile(r"[A-Za-z0-9_./+-]{1,256}")
+MODULE = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,255}")  # not "-f": `module load -f` is an option
 TIME = re.compile(r"[0-9]{1,4}-[0-9]{1,2}(:[0-9]{1,2}){0,2}|[0-9]{1,6}(:[0-9]{1,2}){0,2}")  # ASCII digits only
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 JOB_ID = re.compile(r"[0-9]{1,12}")
