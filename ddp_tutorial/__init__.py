@@ -17,16 +17,26 @@ docs/architecture.md maps every module.
 
 __version__ = "0.2.0"
 
-import signal as _signal  # noqa: E402
 import sys as _sys  # noqa: E402
 
-# A training worker started as `python -m ddp_tutorial.train` (torchrun, one srun task per GPU) may get
-# SLURM's SIGUSR1 while it is still importing torch; its default action would end the process. Catch
-# it from the very first import and let training's StopRequest pick it up (ddp_tutorial.preemption).
-EARLY_SIGNALS: list = []
-_argv = getattr(_sys, "orig_argv", [])
-if any(a == "-m" and b == "ddp_tutorial.train" for a, b in zip(_argv, _argv[1:])):
-    _signal.signal(_signal.SIGUSR1, lambda *_: EARLY_SIGNALS.append(_signal.SIGUSR1))
+from .preemption import remember_early_signal as _remember_early_signal  # noqa: E402 (torch-free)
+
+
+def _starts_training(argv) -> bool:
+    """Is this process a training process or a training launcher (``python -m ddp_tutorial.train``,
+    ``python -m ddp_tutorial.spawn``, ``ddp-tutorial train``, ``python -m ddp_tutorial train``)?"""
+    argv = list(argv)
+    pairs = list(zip(argv, argv[1:]))
+    if any(a == "-m" and b in ("ddp_tutorial.train", "ddp_tutorial.spawn") for a, b in pairs):
+        return True
+    return any((a == "ddp_tutorial" or a.endswith("/ddp-tutorial") or a == "ddp-tutorial") and b == "train"
+               for a, b in pairs)
+
+
+# SLURM's SIGUSR1 may arrive while such a process still imports torch (1–2 s); its default action would
+# end the process. It is remembered from the very first import, and training's StopRequest picks it up.
+if _starts_training(getattr(_sys, "orig_argv", [])):
+    _remember_early_signal()
 
 __all__ = ["DeepNeuralNetwork", "__version__"]
 

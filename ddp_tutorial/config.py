@@ -73,7 +73,7 @@ class TrainConfig:
     backend: str = option("auto", help="cli.backend", rule=Choice(("auto", "gloo", "nccl")))
     device: str = option("auto", help="cli.device", rule=Choice(("auto", "cpu", "cuda")))
     # seconds to form the process group / finish a collective
-    timeout: float = option(300.0, help="cli.timeout", rule=Number(0.0, 7 * 24 * 3600.0))
+    timeout: float = option(300.0, help="cli.timeout", rule=Number(1.0, 7 * 24 * 3600.0))  # > 1 s: less is no network
     # intra-op threads per process (default: ddp_tutorial.threads)
     threads: Optional[int] = option(None, help="cli.threads", rule=Int(1, 1024))
     checkpoint_dir: Optional[str] = option(None, help="cli.checkpoint_dir", rule=NonEmptyPath())

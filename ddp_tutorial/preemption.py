@@ -10,13 +10,14 @@ every process exits with :data:`EXIT_REQUEUE`. The sbatch script sees that code 
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
-import torch
-import torch.distributed as dist
-
 from .exits import REQUEUE as EXIT_REQUEUE  # 75, EX_TEMPFAIL in sysexits.h: "try again later"
+
+# (No torch import here: ddp_tutorial/__init__.py imports this module before anything else.)
+EARLY_STOP_VARIABLE = "DDP_TUTORIAL_EARLY_STOP"  # "1": a launcher got SIGUSR1 before its children started
 
 
 class Preempted(Exception):
@@ -35,12 +36,17 @@ def remember_early_signal(signum: int = signal.SIGUSR1) -> None:
     signal.signal(signum, lambda *_: _early.__setitem__("requested", True))
 
 
+def early_signal() -> bool:
+    """Did SIGUSR1 arrive before training installed its own handler (here, or at the launcher that
+    started this process: :data:`EARLY_STOP_VARIABLE`)?"""
+    return _early["requested"] or os.environ.get(EARLY_STOP_VARIABLE) == "1"
+
+
 class StopRequest:
     """A flag set by SIGUSR1 (or by :meth:`request`), agreed on by all ranks."""
 
     def __init__(self):
-        from . import EARLY_SIGNALS  # a SIGUSR1 during `import torch` of a `-m ddp_tutorial.train` worker
-        self.requested = _early["requested"] or bool(EARLY_SIGNALS)
+        self.requested = early_signal()  # a SIGUSR1 while this process imported torch
         self._previous = None
 
     def request(self, *_):
@@ -74,6 +80,8 @@ class StopRequest:
         next to nccl), so the vote is a CPU tensor and never waits for the GPU."""
         if not distributed:
             return self.requested
+        import torch
+        import torch.distributed as dist
         flag = torch.tensor([1.0 if self.requested else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
         return bool(flag.item() > 0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import threading
 from datetime import timedelta
@@ -53,6 +54,7 @@ def rendezvous_errors(env: DistEnv, timeout_seconds: float):
         print(f"{t('error.prefix')} (rank {env.rank}): {message}", file=sys.stderr, flush=True)
         os._exit(exits.USER_ERROR)  # the rendezvous is stuck in C++: nothing else can end it
 
+    check_master_address(env)
     threading.Thread(target=give_up, name="rendezvous-watchdog", daemon=True).start()
     try:
         yield
@@ -62,6 +64,17 @@ def rendezvous_errors(env: DistEnv, timeout_seconds: float):
         done.set()
 
 
+def check_master_address(env: DistEnv) -> None:
+    """A MASTER_ADDR that no name server knows is final at once: say so, instead of torch's retries
+    until the timeout (twice over, with a DNS typo)."""
+    try:
+        socket.getaddrinfo(env.master_addr, env.master_port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        if error.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+            raise TutorialError("pg.unknown_host", addr=env.master_addr, rank=env.rank,
+                                world_size=env.world_size, reason=error.strerror) from None
+
+
 def translate(error: BaseException, env: DistEnv, timeout_seconds: float) -> TutorialError:
     """The message for a failed rendezvous, from torch's exception (a pure function of its text and type)."""
     fields = dict(rank=env.rank, world_size=env.world_size, addr=env.master_addr, port=env.master_port)
@@ -69,12 +82,23 @@ def translate(error: BaseException, env: DistEnv, timeout_seconds: float) -> Tut
     lowered = text.lower()
     if "address already in use" in lowered or "errno 98" in lowered or "eaddrinuse" in lowered:
         return TutorialError("pg.port_in_use", addr=env.master_addr, port=env.master_port)
-    if "nccl" in lowered and not isinstance(error, getattr(dist, "DistStoreError", ())):
+    if "too many open files" in lowered or "emfile" in lowered or "failed to init uv loop" in lowered:
+        return TutorialError("pg.too_many_files", limit=open_files_limit(), rank=env.rank)
+    if "ping failed" in lowered or "invalid value returned from server" in lowered:
+        return TutorialError("pg.not_torch", addr=env.master_addr, port=env.master_port, rank=env.rank)
+    if "nccl" in lowered and not isinstance(error, dist.DistStoreError):
         # NCCL's first line is "NCCL error in: …, unhandled system error"; the reason is on "Last error:".
         return TutorialError("pg.nccl_setup", detail=nccl_reason(text), rank=env.rank, world_size=env.world_size)
     if "timed out" in lowered or "timeout" in lowered or isinstance(error, TimeoutError):
         return TutorialError("pg.timeout", timeout=timeout_seconds, detail=first_line(text), **fields)
     return TutorialError("pg.failed", detail=first_line(text), **fields)
+
+
+def open_files_limit() -> str:
+    """This process's limit on open files (``ulimit -n``), as text."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
 
 
 def nccl_reason(text: str) -> str:

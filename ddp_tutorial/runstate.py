@@ -20,9 +20,12 @@ rank that raised it (in a run of several processes).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
@@ -61,6 +64,19 @@ def scaled_lr(config: TrainConfig, world_size: int) -> float:
     return config.lr * factor
 
 
+@contextlib.contextmanager
+def signals_held(signums=(signal.SIGTERM, signal.SIGINT)):
+    """Hold SIGTERM/SIGINT for the duration (main thread): they are delivered when the block ends."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
+
+
 class RunState:
     def __init__(self, config: TrainConfig, env: DistEnv):
         self.config, self.env = config, env
@@ -95,8 +111,13 @@ class RunState:
 
     def say(self, text: str, everyone: bool = True) -> None:
         if not self.config.quiet and (everyone or self.env.is_main):
-            sys.stdout.write(text + "\n")  # one write per line: ranks printing at once do not mix
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(text + "\n")  # one write per line: ranks printing at once do not mix
+                sys.stdout.flush()
+            except BrokenPipeError:  # `… | head`: the reader left; the training goes on, silently
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
 
     def begin(self, model, optimizer, device: torch.device, control_group, steps_per_epoch: int) -> Position:
         """Record the run's setting; resume from the checkpoint when asked. Returns the start position.
@@ -113,6 +134,9 @@ class RunState:
             launcher=self.env.scheme, num_nodes=self.env.num_nodes, threads=torch.get_num_threads(),
             omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
         self.start = self._resume() if self.config.resume else Position()
+        if self.start.epoch >= self.config.epochs:  # a finished run resumed with the same (or fewer) --epochs
+            self.say(t("ckpt.nothing_left", path=self.config.checkpoint_dir, epoch=self.start.epoch,
+                       epochs=self.config.epochs), everyone=False)
         return self.start
 
     # ------------------------------------------------------------------ resume
@@ -255,7 +279,8 @@ class RunState:
                      step=step, partial_loss=partial_loss, partial_steps=partial_steps,
                      epochs=self.result.epochs, rank_losses=self.result.rank_losses, rng=torch.get_rng_state(),
                      **self._expected())
-        path = ckpt.save_checkpoint(self.config.checkpoint_dir, state)
+        with signals_held():  # a launcher's SIGTERM (Ctrl-C) waits until the checkpoint is whole
+            path = ckpt.save_checkpoint(self.config.checkpoint_dir, state)
         self.say(t("ckpt.saved", path=path, epoch=epoch, step=step))
         return True
 

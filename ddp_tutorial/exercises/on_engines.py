@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..i18n import number
 from .core import Exercise, WrongAnswer, error_report, fail, raise_if_failed
+from .watch import Watch
 
 
 ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 2 is exact: bit for bit)
@@ -16,12 +17,12 @@ ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 
 # ----------------------------------------------------------------------------------------------
 # 03 · all_reduce by hand, on live engines
 
-def _distributed(worker, fn, *args):
+def distributed(worker, fn, *args, timeout: float = 180.0):
     """Run ``worker(env, fn, *args)`` on the engines (kept when they were already running); an answer
     that replaced one of torch's functions there is told so (and torch is put back, see :func:`_guarded`)."""
     from .. import ipp
     keep = ipp.current() is not None
-    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=keep, timeout=180.0, pg_timeout=30.0)
+    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=keep, timeout=timeout, pg_timeout=30.0)
     for rank, (_, replaced) in enumerate(results):
         if replaced:
             fail("ex.torch_replaced", names=", ".join(replaced), rank=rank)
@@ -105,7 +106,7 @@ def _on_engine_mean(env, fn):
 
 
 def _grade_mean(fn):
-    results = _distributed(_on_engine_mean, fn)
+    results = distributed(_on_engine_mean, fn)
     owns = [r["own"] for r in results]
     want = [sum(col) / len(owns) for col in zip(*owns)]
     total = [sum(col) for col in zip(*owns)]
@@ -159,7 +160,7 @@ def _on_engine_average(env, fn):
 
 def _grade_average(fn):
     import torch
-    results = _distributed(_on_engine_average, fn)
+    results = distributed(_on_engine_average, fn)
     world = len(results)
     for rank, result in enumerate(results):
         mine, ddp, local = result["mine"], result["ddp"], result["local"]
@@ -205,9 +206,11 @@ def _on_engine_train(env, fn, lr):
     for steps in (1, STEPS):
         batches = [_rank_batch(env.rank, step) for step in range(steps)]
         try:
-            returned = fn(_small_model(), batches, lr)
+            with Watch() as seen:
+                returned = fn(_small_model(), batches, lr)
         except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
             return {"attendee_error": error_report(error, fn)}
+        around = seen.unwrapped_training()
         if returned is None:
             return {"none": True}
         module = returned.module if isinstance(returned, DDP) else returned
@@ -222,17 +225,20 @@ def _on_engine_train(env, fn, lr):
             optimizer.step()
         out[steps] = {"is_ddp": isinstance(returned, DDP), "type": type(returned).__name__,
                       "same": all(torch.equal(everyone[0], w) for w in everyone),
-                      "gap": float((weights - _weights(reference.module)).abs().max())}
+                      "gap": float((weights - _weights(reference.module)).abs().max()),
+                      "around": around.inner_kind if around is not None else None}
     return out
 
 
 def _grade_train(fn):
-    results = _distributed(_on_engine_train, fn, 0.1)
+    results = distributed(_on_engine_train, fn, 0.1)
     for rank, result in enumerate(results):
         if result.get("none"):
             fail("ex.train_ddp_steps.none", rank=rank)
     for steps in (1, STEPS):
         result = results[0][steps]
+        if result["is_ddp"] and result["around"]:
+            fail("ex.train_ddp_steps.unwrapped_forward", kind=result["around"])
         if not result["same"]:
             fail("ex.train_ddp_steps.differ", steps=steps, kind=result["type"])
         if result["gap"] > 1e-6:
@@ -283,7 +289,7 @@ def _on_engine_eval(env, fn):
 
 
 def _grade_eval(fn):
-    results = _distributed(_on_engine_eval, fn)
+    results = distributed(_on_engine_eval, fn)
     first = results[0]
     for rank, result in enumerate(results[1:], start=1):
         if result["got"] is not None or result["calls"]:

@@ -1,10 +1,12 @@
 """A small CNN on Fashion-MNIST, trained by ONE process: "your own script" for notebook 08.
 
-    python cnn_single.py --root ~/data --epochs 2 --limit 6000
+    python cnn_single.py --root ~/ddp-data --epochs 2 --limit 6000
 
-It knows nothing about distribution and imports nothing from ddp_tutorial: notebook 08 turns
-it into DDP, one checklist item at a time. The data are torchvision's FashionMNIST files
-(``ROOT/FashionMNIST/raw/*-ubyte``), read once into tensors (no per-image decoding).
+It knows nothing about distribution and imports nothing from ddp_tutorial: notebook 08 copies it
+into its folder and turns it into DDP, one checklist item at a time. (The package ships it, so
+the notebook finds it wherever it is opened.) The data are torchvision's FashionMNIST files
+(``ROOT/FashionMNIST/raw/*-ubyte``), read once into tensors (no per-image decoding); the
+training reads them the common way, through a ``DataLoader``.
 """
 
 import argparse
@@ -12,6 +14,7 @@ import os
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 from torchvision.datasets import FashionMNIST
 
 
@@ -30,9 +33,19 @@ class SmallCNN(nn.Module):
 
 def load(root, train=True, limit=None):
     """Images (N×1×28×28, normalised) and labels of the training or the test set."""
-    data = FashionMNIST(root, train=train, download=False)
+    try:
+        data = FashionMNIST(root, train=train, download=False)
+    except RuntimeError:
+        raise SystemExit(f"cnn_single.py: no Fashion-MNIST under {os.path.abspath(root)}/FashionMNIST: "
+                         "pass --root with the folder you staged the data into (or set DDP_TUTORIAL_ROOT)") from None
     images = data.data[:limit].unsqueeze(1).float().div(255)
     return (images - 0.2860) / 0.3530, data.targets[:limit]
+
+
+def dataset(root, train=True, limit=None):
+    """The same data as a Dataset of (image, label, index): the index tells which samples a run saw."""
+    images, labels = load(root, train, limit)
+    return TensorDataset(images, labels, torch.arange(len(labels)))
 
 
 def accuracy(model, images, labels):
@@ -48,18 +61,20 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--limit", type=int, default=None, help="use only the first LIMIT images")
+    parser.add_argument("--num-workers", type=int, default=0, help="processes that prepare the batches")
     parser.add_argument("--save", default="cnn.pt")
     args = parser.parse_args(argv)
 
+    train_set = dataset(args.root, True, args.limit)
+    loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
+                        generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    images, labels = load(args.root, True, args.limit)
     model = SmallCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    generator = torch.Generator().manual_seed(0)
     for epoch in range(args.epochs):
-        for batch in torch.randperm(len(images), generator=generator).split(args.batch_size):
+        for images, labels, _ in loader:
             optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+            loss = nn.functional.cross_entropy(model(images), labels)
             loss.backward()
             optimizer.step()
         print(f"epoch {epoch}: last loss {loss.item():.4f}")
