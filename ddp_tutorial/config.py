@@ -163,6 +163,21 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return parser
 
 
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training options a job script passes on (``job=True`` in the table), for ``slurm render``:
+    no default here (the job spec's own applies), the type and help from the table."""
+    from .i18n import t
+    for f in fields(TrainConfig):
+        if f.name in JOB_OPTIONS:
+            keywords = {**_argparse_keywords(f), "default": None}
+            parser.add_argument(validate.option_name(f.name), dest=f.name, help=t(f.metadata["help"]), **keywords)
+
+
+def job_options_of(args: argparse.Namespace) -> dict:
+    """The ``job=True`` options from a parsed command line, for ``JobSpec(**…)``."""
+    return {name: getattr(args, name) for name in JOB_OPTIONS}
+
+
 def add_launch_arguments(parser: argparse.ArgumentParser, nodes: bool = True) -> None:
     """How many processes, on how many nodes (torch-free, like :func:`add_train_arguments`)."""
     from .i18n import t

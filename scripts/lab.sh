@@ -69,16 +69,8 @@ export DDP_TUTORIAL_DATASET=$dataset
 # The attendee's working copy: created on first start, refreshed only with --reset. DDP_TUTORIAL_WORK
 # moves it (keep it inside the checkout: 04-06 find benchmarks/ and runs/ from the notebook's folder up).
 work=${DDP_TUTORIAL_WORK:-$PWD/workshop}/$lang
-if [ $reset = 1 ] && [ -d "$work" ]; then
-  backup=$work.backup-$(date +%Y%m%d-%H%M%S)
-  mv "$work" "$backup"
-  echo "== --reset: the previous copy is kept in ${backup#"$PWD"/}"
-fi
-if [ ! -d "$work" ]; then
-  mkdir -p "$work.partial"
-  cp notebooks/"$lang"/*.ipynb "$work.partial"/
-  mv "$work.partial" "$work"                  # complete or absent, never half a copy
-fi
+if [ $reset = 1 ]; then bash scripts/workshop_copy.sh "$lang" "$work" --reset
+else bash scripts/workshop_copy.sh "$lang" "$work"; fi
 echo "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: ${work#"$PWD"/} (your copy)"
 
 # The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder.

@@ -177,9 +177,9 @@ def cases(p) -> Dict[str, Case]:
         "epochs-lt-0": Case("ddp-tutorial", ["train", *data, "--epochs", "-1"], both=("--epochs=-1",),
                            en=("Invalid", "≥ 0"), tr=("Geçersiz", "0 veya daha büyük")),
         "learning-rate-0": Case("ddp-tutorial", ["train", *data, "--lr", "0"], both=("--lr=0.0",),
-                                en=("number > 0",), tr=("0'dan büyük",)),
+                                en=("number > 0",), tr=("0 değerinden büyük",)),
         "timeout-0": Case("ddp-tutorial", ["train", *data, "--timeout", "0"], both=("--timeout=0.0",),
-                          en=("number > 0",), tr=("0'dan büyük",)),
+                          en=("number > 1",), tr=("1 değerinden büyük",)),
         "unwritable-checkpoint-dir-under-a-file": Case(
             "ddp-tutorial", ["train", *data, "--checkpoint-dir", str(p["file"] / "ckpt")],
             both=(str(p["file"] / "ckpt"), "--checkpoint-dir"), en=("Cannot write checkpoints",),

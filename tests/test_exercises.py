@@ -241,3 +241,71 @@ def test_not_implemented_error_counts_as_not_done():
             raise NotImplementedError()
     ''', "master_addr")
     assert ex.master_addr.evaluate(answer).status == NOT_DONE
+
+
+# -- issue 26, R5: the four vague cases of the attendee's review, now precise --------------------
+
+def test_shard_indices_without_the_epoch_says_seed_plus_epoch(lang):
+    answer = cell('''
+        def shard_indices(num_samples, world_size, rank, seed, epoch):
+            import math
+            import torch
+            g = torch.Generator()
+            g.manual_seed(seed)
+            order = torch.randperm(num_samples, generator=g).tolist()
+            total = math.ceil(num_samples / world_size) * world_size
+            order += order[: total - num_samples]
+            return order[rank:total:world_size]
+    ''', "shard_indices")
+    outcome = ex.shard_indices.evaluate(answer)
+    assert outcome.key == "ex.shard_indices.no_epoch", outcome.text
+    assert ("seed + epoch = 3" if lang == "en" else "tohum + epoch = 3") in outcome.text
+
+
+def test_train_ddp_steps_forward_around_the_wrapper_is_named(engines, lang):
+    answer = cell('''
+        def train_ddp_steps(model, batches, lr):
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ddp_model = DDP(model)
+            optimizer = torch.optim.SGD(ddp_model.parameters(), lr=lr)
+            for images, labels in batches:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(images), labels).backward()
+                optimizer.step()
+            return ddp_model
+    ''', "train_ddp_steps")
+    outcome = ex.train_ddp_steps.evaluate(answer)
+    assert outcome.key == "ex.train_ddp_steps.unwrapped_forward", outcome.text
+    assert "ddp_model(images)" in outcome.text and "Sequential(images)" in outcome.text
+
+
+def test_master_addr_crash_shows_the_input_that_crashed_it(lang):
+    answer = cell('''
+        def master_addr(nodelist):
+            first = nodelist.split(",")[0]
+            prefix, rest = first.split("[")
+            return prefix + rest.split("-")[0].rstrip("]")
+    ''', "master_addr")
+    outcome = ex.master_addr.evaluate(answer)
+    assert "SLURM_JOB_NODELIST='node007'" in outcome.text and "ValueError" in outcome.text, outcome.text
+    assert ("With " if lang == "en" else " için: ") in outcome.text
+
+
+def test_the_paper_exercise_says_which_field_is_wrong(lang):
+    outcome = ex.padding_answer.evaluate({"per_rank": 3, "repeated": [1]})
+    assert outcome.key == "ex.padding_answer.repeated", outcome.text
+    assert ex.padding_answer.evaluate({"per_rank": 3, "repeated": [0]}).correct
+
+
+def test_who_am_i_must_refuse_a_half_set_environment(lang):
+    answer = cell('''
+        def who_am_i(environ):
+            rank = int(environ.get("RANK", environ.get("SLURM_PROCID", 0)))
+            local = int(environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", 0)))
+            world = int(environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS", 1)))
+            return rank, local, world
+    ''', "who_am_i")
+    outcome = ex.who_am_i.evaluate(answer)
+    assert outcome.key == "ex.who_am_i.half", outcome.text
+    assert "RANK=1 WORLD_SIZE=2" in outcome.text

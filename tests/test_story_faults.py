@@ -210,3 +210,54 @@ def test_resuming_a_finished_run_says_there_is_nothing_left(mnist_root, tmp_path
     done = subprocess.run([*base, "--epochs", "1", "--resume"], capture_output=True, text=True, timeout=240,
                           env=_env())
     assert done.returncode == 0 and "nothing left to train" in done.stdout, done.stdout + done.stderr
+
+
+# -- R17: the real cause at once: an unknown host, another program on the port, too few files ----------
+
+def test_an_unknown_master_addr_is_said_at_once():
+    from ddp_tutorial.i18n import TutorialError
+    from ddp_tutorial.process_group import check_master_address
+    env = resolve_environment(rank=1, world_size=2, master_addr="no-such-host.invalid", master_port=29512)
+    started = time.monotonic()
+    with pytest.raises(TutorialError) as caught:
+        check_master_address(env)
+    assert caught.value.key == "pg.unknown_host" and "no-such-host.invalid" in str(caught.value)
+    assert time.monotonic() - started < 15
+
+
+def _train_rank_one(root, port, limit_files=None, timeout="20"):
+    def limit():
+        if limit_files:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit_files, limit_files))
+    return subprocess.run([sys.executable, "-m", "ddp_tutorial.train", "--dataset", "mnist", "--root", str(root),
+                           "--epochs", "1", "--timeout", timeout, "--no-eval"], capture_output=True, text=True,
+                          timeout=180, preexec_fn=limit,
+                          env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+                                   MASTER_PORT=str(port)))
+
+
+def test_another_program_on_the_port_is_named(mnist_root):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def answer():  # an HTTP-ish service: it answers, but not as PyTorch's store does
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n" * 4)
+                conn.close()
+            except OSError:
+                pass
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        done = _train_rank_one(mnist_root, server.getsockname()[1])
+    finally:
+        stop.set()
+        server.close()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "another program" in done.stderr or "within 20 s" in done.stderr, done.stderr[-2000:]
+    assert "Expected: 4235" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]

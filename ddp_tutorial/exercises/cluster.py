@@ -7,7 +7,7 @@ import math
 import re
 
 from ..i18n import TutorialError, number, t
-from .core import Exercise, NotDone, WrongAnswer, call, call_for, fail
+from .core import AttendeeError, Exercise, NotDone, WrongAnswer, call, call_for, fail
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,6 +124,76 @@ def master_addr(nodelist):
     # every [...] group → its first number, zero padding kept: gpu[01-03] → gpu01
     lowest = lambda group: re.split(r"[-,]", group.group(1))[0]  # noqa: E731
     return re.sub(r"\[([^\]]*)\]", lowest, first)
+'''
+
+
+# What torchrun and srun put into a training process's environment (and a half-set one).
+_TORCHRUN, _SLURM = ("RANK", "LOCAL_RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
+LAUNCHES = (
+    ("torchrun --nproc-per-node 4", {"RANK": "2", "LOCAL_RANK": "2", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
+                                     "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+                                     "TORCHELASTIC_RUN_ID": "none", "PATH": "/usr/bin"}),
+    ("srun --ntasks-per-node 4 --nodes 2", {
+        "SLURM_PROCID": "6", "SLURM_LOCALID": "2", "SLURM_NTASKS": "8", "SLURM_NPROCS": "8", "SLURM_NODEID": "1",
+        "SLURM_JOB_ID": "4711", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_TASKS_PER_NODE": "4(x2)",
+        "SLURM_STEP_NUM_NODES": "2", "PATH": "/usr/bin"}),
+    ("srun --ntasks-per-node 1 --nodes 2 torchrun --nproc-per-node 4", {
+        "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_NODEID": "1",
+        "SLURM_JOB_ID": "4711", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_TASKS_PER_NODE": "1(x2)",
+        "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+        "MASTER_ADDR": "gpu01", "MASTER_PORT": "19711", "PATH": "/usr/bin"}),
+    ("python train.py", {"PATH": "/usr/bin", "HOME": "/home/user"}),
+    ("RANK=1 WORLD_SIZE=2 python train.py", {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                             "MASTER_PORT": "29500", "PATH": "/usr/bin"}),
+    ("srun, SLURM_NTASKS lost", {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "4711",
+                                 "SLURM_JOB_NODELIST": "gpu[01-02]", "PATH": "/usr/bin"}),
+)
+
+
+def _shown(environ) -> str:
+    return " ".join(f"{name}={environ[name]}" for name in (*_TORCHRUN, *_SLURM) if name in environ) or "—"
+
+
+def _grade_who_am_i(fn):
+    from ..whoami import resolve_environment
+    for launcher, environ in LAUNCHES:
+        try:
+            found = resolve_environment(environ=dict(environ))
+            want = (found.rank, found.local_rank, found.world_size)
+        except TutorialError:
+            want = None                           # the package refuses it: so must the attendee
+        case = t("ex.who_am_i.case", launcher=launcher, variables=_shown(environ))
+        if want is None:
+            try:
+                got = call(fn, dict(environ))
+            except AttendeeError:
+                continue
+            fail("ex.who_am_i.half", case=case, got=repr(got)[:60])
+        got = call_for(case, fn, dict(environ))
+        try:
+            got = tuple(int(value) for value in got)
+        except (TypeError, ValueError):
+            fail("ex.who_am_i.type", got=repr(got)[:60])
+        if got == want:
+            continue
+        slurm = tuple(int(environ[name]) for name in _SLURM) if all(n in environ for n in _SLURM) else None
+        if slurm is not None and got == slurm and any(name in environ for name in _TORCHRUN):
+            fail("ex.who_am_i.slurm_first", case=case, got=got, want=want)
+        fail("ex.who_am_i.wrong", case=case, got=got, want=want)
+    return {}
+
+
+WHO_AM_I_CODE = '''
+def who_am_i(environ):
+    torchrun = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+    slurm = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
+    for names in (torchrun, slurm):            # torchrun first: under srun + torchrun both are set
+        present = [name for name in names if environ.get(name, "") != ""]
+        if present and len(present) < len(names):
+            raise ValueError(f"half-set launcher environment: {present} without the rest of {names}")
+        if present:
+            return tuple(int(environ[name]) for name in names)
+    return 0, 0, 1                             # no launcher: one process
 '''
 
 
@@ -254,6 +324,14 @@ EXERCISES = (
                     "'#SBACTH', '#SBATCH').replace('01_distributed.p\\n', '01_distributed.py\\n')",
                     "ex.fixed_sbatch.port"),
         stub=_sbatch_stub),
+    Exercise(
+        "who_am_i", "05", _grade_who_am_i, WHO_AM_I_CODE,
+        WrongAnswer("def who_am_i(environ):\n    if 'SLURM_PROCID' in environ:\n"
+                    "        return int(environ['SLURM_PROCID']), int(environ['SLURM_LOCALID']), "
+                    "int(environ['SLURM_NTASKS'])\n    if 'RANK' in environ:\n"
+                    "        return int(environ['RANK']), int(environ['LOCAL_RANK']), int(environ['WORLD_SIZE'])\n"
+                    "    return 0, 0, 1", "ex.who_am_i.slurm_first"),
+        doc="(rank, local_rank, world_size) from the launcher's variables in `environ`."),
     Exercise(
         "master_addr", "05", _grade_master_addr, MASTER_ADDR_CODE,
         WrongAnswer("def master_addr(nodelist):\n    return nodelist.split(',')[0]", "ex.master_addr.wrong"),

@@ -13,15 +13,17 @@ from typing import List, Optional
 
 class Forward:
     """One top-level forward call: ``kind`` (the class called), ``wrapped`` (a DDP wrapper),
-    ``grad`` (autograd on: training) and the ids of the parameters of the model behind it."""
+    ``grad`` (autograd on), ``step`` (how many optimizer steps came before it: a forward after the
+    last step is a test) and the ids of the parameters of the model behind it."""
 
-    def __init__(self, module, grad: bool):
+    def __init__(self, module, grad: bool, step: int):
         from torch.nn.parallel import DistributedDataParallel as DDP
         self.wrapped = isinstance(module, DDP)
         inner = module.module if self.wrapped else module
         self.kind = type(inner).__name__ if not self.wrapped else "DistributedDataParallel"
         self.inner_kind = type(inner).__name__
         self.grad = grad
+        self.step = step
         self.parameters = {id(p) for p in inner.parameters()}
 
     def as_dict(self) -> dict:
@@ -57,7 +59,7 @@ class Watch:
     def _before(self, module, inputs) -> None:
         import torch
         if self._depth == 0:
-            call = Forward(module, torch.is_grad_enabled())
+            call = Forward(module, torch.is_grad_enabled(), self.steps)
             self.forwards.append(call)
             if call.grad and self.first is None:
                 self.first = _first_facts(module)
@@ -72,7 +74,8 @@ class Watch:
 
     # What the checks ask --------------------------------------------------------------------
     def training(self) -> List[Forward]:
-        return [f for f in self.forwards if f.grad]
+        """The forwards an optimizer step followed: training, not a test."""
+        return [f for f in self.forwards if f.grad and f.step < self.steps]
 
     def unwrapped_training(self) -> Optional[Forward]:
         """The first training forward that went around the DDP wrapper (None: all through it)."""

@@ -14,6 +14,7 @@ import sys
 
 
 from .. import atomic
+from ..config import add_job_arguments, job_options_of
 from ..i18n import TutorialError, t
 from .jobs import JobInfo, cancel, job_info, read_log, read_result, submit, test_only, wait
 from .render import render
@@ -59,8 +60,7 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
         job_name=args.job_name, account=args.account, partition=args.partition, qos=args.qos, time=args.time,
         run_dir=run_dir, workdir=args.workdir, python=args.python, modules=tuple(args.module or ()),
         conda=args.conda, conda_env=args.conda_env, venv=args.venv, env=tuple(env),
-        dataset=args.dataset, root=args.root, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        seed=args.seed, train_args=tuple(train_args), signal_seconds=args.preempt_signal,
+        **job_options_of(args), train_args=tuple(train_args), signal_seconds=args.preempt_signal,
         requeue=True if args.requeue else None, script=script, script_args=args.script_args,
     )
 
@@ -148,12 +148,7 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conda-env", default=None, help=t("slurm.cli.conda_env"))
     p.add_argument("--venv", default=None, help=t("slurm.cli.venv"))
     p.add_argument("--env", action="append", metavar="NAME=VALUE", help=t("slurm.cli.env"))
-    p.add_argument("--dataset", default=None)
-    p.add_argument("--root", default=None, help=t("slurm.cli.root"))
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    add_job_arguments(p)  # --dataset, --root, --epochs, … from config.py's table (job=True)
     p.add_argument("--preempt-signal", type=int, default=None, metavar="SECONDS",
                    help=t("slurm.cli.preempt_signal"))
     p.add_argument("--requeue", action="store_true", help=t("slurm.cli.requeue"))
