@@ -42,7 +42,7 @@ from .i18n import TutorialError, t
 from .model import count_parameters
 from .preemption import Preempted, StopRequest
 from .result import TrainResult
-from .threads import WAIT_POLICY_VARIABLE
+from .threads import WAIT_POLICY_VARIABLE, available_cores
 from .whoami import DistEnv
 
 STOP_CHECK_EVERY = 10  # steps between two "should we stop?" votes (each is a small collective)
@@ -95,6 +95,10 @@ class RunState:
     # ------------------------------------------------------------------ the with block
     def __enter__(self) -> "RunState":
         self.stop.install()  # from now on SIGUSR1 (SLURM's warning) means "checkpoint and stop"
+        cores = available_cores()
+        if self.config.threads and self.config.threads * self.env.local_world_size > 2 * cores:
+            self.say(t("train.too_many_threads", threads=self.config.threads, per_node=self.env.local_world_size,
+                       cores=cores), everyone=False)  # 1024 threads on 2 cores: 250× slower, not an error
         if self.env.is_main:  # problems that would only show after all the training: now
             if self.config.json:
                 results.check_target(self.config.json)
@@ -266,6 +270,9 @@ class RunState:
         self.result.rank_losses.append(rank_sums)
         if self.step_losses:
             self.result.step_losses += torch.stack(self.step_losses).tolist()  # one device→host copy per epoch
+        chance = math.log(self.shape[-1])  # the cross-entropy of a uniform guess over the classes
+        if not math.isfinite(mean_loss) or mean_loss > 10 * chance:
+            self.say(t("train.diverged", loss=mean_loss, chance=chance, lr=self.lr), everyone=False)
         rate = self.samples * self.env.world_size / max(time.perf_counter() - self.started, 1e-9)
         self.say(t("train.epoch_summary", epoch=epoch, world_size=self.env.world_size, loss=mean_loss,
                    rate=rate), everyone=False)

@@ -261,3 +261,24 @@ def test_another_program_on_the_port_is_named(mnist_root):
     assert done.returncode == 2, done.stderr[-2000:]
     assert "another program" in done.stderr or "within 20 s" in done.stderr, done.stderr[-2000:]
     assert "Expected: 4235" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_local_engines_are_bounded_by_what_this_machine_can_start():
+    """F01: ipp.start(5000) was accepted and would start 5000 engines on 2 cores."""
+    from ddp_tutorial import ipp
+    from ddp_tutorial.i18n import TutorialError
+    with pytest.raises(TutorialError) as caught:
+        ipp.start(5000, device="cpu")
+    assert caught.value.key == "config.too_many_processes" and "5000" in str(caught.value)
+    assert ipp.current() is None
+
+
+def test_divergence_and_too_many_threads_are_said(mnist_root, tmp_path):
+    """B08: `--lr 10` diverged to a loss of 10^10 and was reported as a success; H12: `--threads 1024` on
+    2 cores ran 250× slower without a word."""
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.train", "--dataset", "mnist", "--root",
+                           str(mnist_root), "--epochs", "3", "--lr", "10", "--train-subset", "1024", "--no-eval",
+                           "--threads", "64"], capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--threads 64" in done.stdout, done.stdout
+    assert "diverges" in done.stdout, done.stdout

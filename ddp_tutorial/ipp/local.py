@@ -11,6 +11,7 @@ from typing import Optional
 
 from ..i18n import TutorialError, t
 from ..threads import prefer_passive_openmp
+from ..validate import check_processes
 from . import engines as es
 from . import remote
 from .progress import Registering
@@ -106,6 +107,7 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
     kind = "cuda" if gpus else "cpu"
     n = (gpus or 2) if n is None else n
     es.check_count(n)
+    check_processes(n, option="n")  # engines on this machine: as many as it can start (F01)
     if kind == "cuda" and n > gpus:
         raise TutorialError("ipp.too_many_gpu_engines", n=n, gpus=gpus)
 
