@@ -15,6 +15,16 @@ import os  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def two_engines():
+    """Two local ipyparallel engines kept for one test module (the exercise checks reuse them)."""
+    from ddp_tutorial import ipp
+    ipp.stop(force=True)
+    ipp.start(2)
+    yield
+    ipp.stop(force=True)
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 

@@ -5,12 +5,10 @@ languages, from a real run on two ipyparallel engines (gloo), while the solution
 from __future__ import annotations
 
 import json
-import linecache
 import os
 import string
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,31 +19,20 @@ from ddp_tutorial.datasets import default_root
 from ddp_tutorial.exercises import capstone
 from ddp_tutorial.exercises.core import CORRECT, NOT_DONE, WRONG, Wrong
 from ddp_tutorial.i18n import TutorialError, messages, t
+from notebook_cells import cell as notebook_cell
 
 REPO = Path(__file__).resolve().parents[1]
 STAGED = (default_root() / "FashionMNIST").is_dir()
 needs_data = pytest.mark.skipif(not STAGED, reason="Fashion-MNIST is not staged in DDP_TUTORIAL_ROOT")
-_cells = 0
 
 
 def cell(source: str, name: str = "train_ddp"):
-    """``name`` as a notebook cell defines it (source in the line cache, module ``__main__``)."""
-    global _cells
-    _cells += 1
-    source = textwrap.dedent(source).strip() + "\n"
-    filename = f"/tmp/ipykernel_capstone/cell{_cells}.py"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": "__main__"}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
+    return notebook_cell(source, name)
 
 
 @pytest.fixture(scope="module")
-def engines():
-    ipp.stop(force=True)
-    ipp.start(2)
-    yield
-    ipp.stop(force=True)
+def engines(two_engines):
+    """The module's two kept engines (tests/conftest.py)."""
 
 
 # -- R1: the notebook finds cnn_single.py wherever it is opened ------------------------------------

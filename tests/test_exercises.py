@@ -8,32 +8,18 @@ its lines are in the line cache.
 
 from __future__ import annotations
 
-import linecache
 import string
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from ddp_tutorial import exercises as ex
-from ddp_tutorial import i18n, ipp
+from ddp_tutorial import i18n
 from ddp_tutorial.exercises.core import CORRECT, NOT_DONE, WRONG
+from notebook_cells import cell
 
 pytestmark = pytest.mark.exercises
 
-_cells = 0
-
-
-def cell(source: str, name: str):
-    """``name`` as defined by a notebook cell with ``source`` (in ``__main__``, source in linecache)."""
-    global _cells
-    _cells += 1
-    source = textwrap.dedent(source).strip() + "\n"
-    filename = f"/tmp/ipykernel_test/cell{_cells}.py"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": "__main__"}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
 
 
 def solution(exercise):
@@ -41,11 +27,8 @@ def solution(exercise):
 
 
 @pytest.fixture(scope="module")
-def engines():
-    ipp.stop(force=True)
-    ipp.start(2)
-    yield
-    ipp.stop(force=True)
+def engines(two_engines):
+    """The module's two kept engines (tests/conftest.py)."""
 
 
 @pytest.fixture(params=["en", "tr"])

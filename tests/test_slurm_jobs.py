@@ -305,7 +305,7 @@ def test_controller_address_from_slurm_config():
     assert ipp_slurm.slurmctld_host("SlurmctldHost[0]        = slabctl(10.233.0.254)\n") == "10.233.0.254"
     assert ipp_slurm.slurmctld_host("Foo = 1\nSlurmctldHost[0] = levrek1\n") == "levrek1"
     assert ipp_slurm.slurmctld_host("nothing here") is None
-    assert ipp_slurm.address_towards("127.0.0.1") is None  # loopback: the nodes could not reach it
+    assert ipp_slurm.remote.address_towards("127.0.0.1") is None  # loopback: the nodes could not reach it
     with pytest.raises(TutorialError) as caught:
         ipp_slurm.check_address("10.255.255.77")  # not an address of this machine
     assert caught.value.key == "ipp.slurm_bad_address"

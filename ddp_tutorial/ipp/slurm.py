@@ -79,19 +79,6 @@ def slurmctld_host(config_text: str) -> Optional[str]:
     return m.group(2) or m.group(1)
 
 
-def address_towards(host: str, port: int = SLURMCTLD_PORT) -> Optional[str]:
-    """This machine's address on the route to ``host`` (no packet is sent: a UDP socket
-    is only *connected*, which makes the kernel pick the source address)."""
-    try:
-        target = socket.gethostbyname(host)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, port))
-            mine = s.getsockname()[0]
-    except OSError:
-        return None
-    return None if mine.startswith("127.") or mine == "0.0.0.0" else mine
-
-
 def controller_address() -> Optional[str]:
     """An address of this machine that the compute nodes can reach: the one on the route to
     the SLURM controller (the cluster's internal network). ``None`` when it cannot be told."""
@@ -100,7 +87,7 @@ def controller_address() -> Optional[str]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     host = slurmctld_host(proc.stdout) if proc.returncode == 0 else None
-    return address_towards(host) if host else None
+    return remote.address_towards(host, SLURMCTLD_PORT) if host else None
 
 
 def check_address(value: str) -> str:
