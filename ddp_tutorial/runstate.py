@@ -37,6 +37,7 @@ from . import checkpoint as ckpt
 from . import exits
 from . import result as results
 from .config import TrainConfig
+from .device_rule import choose_backend
 from .failures import classify_failure
 from .i18n import TutorialError, t
 from .model import count_parameters
@@ -127,7 +128,8 @@ class RunState:
         """Record the run's setting; resume from the checkpoint when asked. Returns the start position.
         ``control_group``: the group of the CPU-side collectives (the gloo side group on nccl, else None)."""
         self.model, self.optimizer, self.device = model, optimizer, device
-        self.backend = "nccl" if control_group is not None else "gloo"
+        # The group's backend; at world 1 (no group) the one this device would use, as train.py printed it.
+        self.backend = dist.get_backend() if dist.is_initialized() else choose_backend(self.config.backend, device)
         self.control_group, self.steps_per_epoch = control_group, steps_per_epoch
         layers = list(model.hidden_layers)
         self.shape = [len(layers), layers[0].in_features, layers[0].out_features, layers[-1].out_features]

@@ -1,6 +1,6 @@
 """pytest settings for the notebooks (run by nbval).
 
-    DDP_TUTORIAL_DATASET=fashion-mnist DDP_TUTORIAL_ROOT=$PWD/.data \
+    DDP_TUTORIAL_DATASET=mnist DDP_TUTORIAL_ROOT=$PWD/.data \
         .venv/bin/python -m pytest --nbval-lax notebooks/
 
 Every notebook cell is a test item; cells marked ``# NBVAL_CHECK_OUTPUT`` must reproduce their stored

@@ -134,3 +134,21 @@ def test_resume_at_world_4_is_bit_identical(mnist_root, tmp_path):
     assert b["resumed_from"] == {"epoch": 1, "step": 0}
     assert a["weights_sha256"] == b["weights_sha256"]
     assert a["epochs"] == pytest.approx(b["epochs"], abs=1e-9)
+
+
+@pytest.mark.parametrize("requested, device, recorded", [("auto", "cuda:0", "nccl"), ("gloo", "cuda:0", "gloo"),
+                                                         ("auto", "cpu", "gloo")])
+def test_a_world_1_result_records_the_backend_the_run_printed(requested, device, recorded):
+    """At world 1 there is no process group; the JSON still names the backend train.py printed ("device cuda:0,
+    backend nccl"), not gloo for every run without a group (seen on the first GPU run, an H200). CUDA is not
+    touched: begin() only records the device."""
+    import torch
+    from ddp_tutorial.model import DeepNeuralNetwork
+    from ddp_tutorial.runstate import RunState
+    from ddp_tutorial.whoami import resolve_environment
+    env = resolve_environment(rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500)
+    model = DeepNeuralNetwork(2, 784, 16, 10)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    run = RunState(TrainConfig(backend=requested, evaluate=False), env)
+    run.begin(model, optimizer, torch.device(device), None, 10)
+    assert run.result.backend == recorded and run.result.device == device
