@@ -262,7 +262,8 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - truncated zip, random bytes, a pickle of something else…
-        raise TutorialError("ckpt.corrupt", path=str(path), why=type(error).__name__) from None
+        why = t("ckpt_guard.unreadable", error=type(error).__name__)
+        raise TutorialError("ckpt.corrupt", path=str(path), why=why) from None
     _check_types(path, state)
     if state["format_version"] != FORMAT_VERSION:
         raise TutorialError("ckpt.mismatch", path=str(path), field="format_version",
@@ -325,5 +326,5 @@ def load_into(path: os.PathLike | str, module: torch.nn.Module, optimizer, state
         module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, KeyError, ValueError, TypeError) as error:
-        why = str(error).strip().splitlines()[0][:200]
+        why = t("ckpt_guard.state_mismatch", error=str(error).strip().splitlines()[0][:200])
         raise TutorialError("ckpt.corrupt", path=str(checkpoint_path(path)), why=why) from None

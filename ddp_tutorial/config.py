@@ -142,7 +142,8 @@ def _argparse_keywords(f) -> dict:
     default = None if f.default is MISSING else f.default
     if kind == "bool":
         return dict(action="store_true")
-    keywords = dict(default=default, type={"int": int, "float": float}.get(kind, str))
+    from .i18n import decimal_number  # 0,001 → "write a dot" in the user's language
+    keywords = dict(default=default, type={"int": int, "float": decimal_number}.get(kind, str))
     rule = f.metadata["rule"]
     if isinstance(rule, Choice):  # shown in --help; a bad value gets the rule's message, like every option
         keywords["metavar"] = "{" + ",".join(rule.choices) + "}"

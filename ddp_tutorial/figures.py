@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import List, Optional, Union
 
-from .i18n import t
+from .i18n import localise_axes, t
 
 RECORDED_NAME = "cpu-2core-fashion-mnist.json"
 # The label of each measured variant (literal message keys: grep finds every use).
@@ -91,6 +91,7 @@ def scaling_figure(target: float, throughput: dict, curves: List[dict], lang: Op
     right.set_xlim(left=0)
     right.margins(y=0.15)  # room for the step labels
     right.legend(fontsize=8)
+    localise_axes(fig, lang)
     fig.tight_layout()
     return fig
 
@@ -114,6 +115,7 @@ def contention_figure(contention: dict, lang: Optional[str] = None):
     ax.set_ylabel(t("plot.throughput", lang=lang))
     ax.set_title(t("plot.title_contention", lang=lang))
     ax.legend()
+    localise_axes(fig, lang)
     fig.tight_layout()
     return fig
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import string
 from importlib import resources
 from typing import Dict
@@ -58,10 +59,24 @@ class _LocalNumbers(string.Formatter):
     (``{loss:.4f}`` → 0,4567; ``{rate:,.0f}`` → 12.345). Text fields are left as they are."""
 
     def format_field(self, value, format_spec):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and abs(value) >= 10_000:  # 60.000, as number() writes it; the English text keeps 60000
+            format_spec = _grouped(format_spec)
         text = super().format_field(value, format_spec)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if number:
             text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
         return text
+
+
+_SPEC = re.compile(r"^(?P<head>(?:.?[<>=^])?[+\- ]?z?#?0?\d*)(?P<group>[,_]?)(?P<tail>(?:\.\d+)?[a-zA-Z%]?)$")
+
+
+def _grouped(spec: str) -> str:
+    """``spec`` with thousands grouping, where the spec has none and its type allows it."""
+    m = _SPEC.match(spec)
+    if not m or m["group"] or m["tail"][-1:] not in ("", "d", "f", "F", "g", "G", "%"):
+        return spec
+    return m["head"] + "," + m["tail"]
 
 
 _TURKISH = _LocalNumbers()
@@ -122,3 +137,35 @@ def percent(value: float, decimals: int = 2, lang: str | None = None) -> str:
     lang = lang or language()
     text = number(value, lang, decimals)
     return f"%{text}" if lang == "tr" else f"{text} %"
+
+
+def localise_axes(fig, lang: str | None = None):
+    """Give every axis of the matplotlib figure ``fig`` tick labels written the language's way
+    (0,5 and 60.000 in Turkish); English keeps matplotlib's own. The one place figures localise
+    their numbers: every figure the package or a notebook draws passes through it."""
+    if (lang or language()) != "tr":
+        return fig
+    from matplotlib.ticker import FuncFormatter
+
+    def tick(value, _position=None):
+        return number(round(value, 6), lang="tr")
+
+    for ax in fig.get_axes():
+        for axis in (ax.xaxis, ax.yaxis):
+            if type(axis.get_major_formatter()).__name__ == "ScalarFormatter":
+                axis.set_major_formatter(FuncFormatter(tick))
+    return fig
+
+
+def decimal_number(text: str) -> float:
+    """argparse ``type`` for a float option: ``0,001`` gets a message (in the user's language)
+    saying to write a dot (``0.001``), not argparse's bare "invalid float value"."""
+    import argparse
+
+    try:
+        return float(text)
+    except ValueError:
+        if "," in text:
+            raise argparse.ArgumentTypeError(t("cli.decimal_comma", value=text,
+                                               fixed=text.replace(",", "."))) from None
+        raise

@@ -34,6 +34,12 @@ languages' code token by token with comments and strings set aside.
     python notebooks/build.py --execute         # … and run them, storing real outputs
     python notebooks/build.py --execute 04      # only the notebooks whose name starts with 04
     python notebooks/build.py --solutions       # instructors: notebooks/solutions/{tr,en}, exercises solved
+    python notebooks/build.py --confirm-translations   # after updating Turkish texts: re-lock their English
+
+Every Turkish text records the sha256 of the English it translates in ``translations.lock.json``
+(``scripts/translations.py``); ``tests/test_translation_guards.py`` fails, naming the block, when an
+English text changed or is new. Update its Turkish twin, then regenerate the lock with one command:
+``python notebooks/build.py --confirm-translations`` (same as ``python scripts/translations.py confirm``).
 
 Without ``--execute`` a code cell whose code did not change keeps the outputs stored with it
 (so a markdown fix needs no new run); a changed code cell loses them until the next ``--execute``.
@@ -262,7 +268,15 @@ def main(argv=None) -> int:
     parser.add_argument("--slurmlab", action="store_true",
                         help="run the notebooks on the login node of the test suite's two-node SLURM "
                              "cluster (tests/helpers/slurmlab.py; root), so that 05 really submits its jobs")
+    parser.add_argument("--confirm-translations", action="store_true",
+                        help="record the current English texts as translated (translations.lock.json); "
+                             "run it after the Turkish twins were updated")
     args = parser.parse_args(argv)
+    if args.confirm_translations:
+        import runpy
+        runpy.run_path(str(HERE.parent / "scripts" / "translations.py"))["confirm"]()
+        print("wrote translations.lock.json")
+        return 0
     try:
         return _main(args, parser, argv)
     except SourceError as error:

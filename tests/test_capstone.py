@@ -22,8 +22,8 @@ from ddp_tutorial.i18n import TutorialError, messages, t
 from notebook_cells import cell as notebook_cell
 
 REPO = Path(__file__).resolve().parents[1]
-STAGED = (default_root() / "FashionMNIST").is_dir()
-needs_data = pytest.mark.skipif(not STAGED, reason="Fashion-MNIST is not staged in DDP_TUTORIAL_ROOT")
+STAGED = any((default_root() / name / "raw").is_dir() for name in ("MNIST", "FashionMNIST"))
+needs_data = pytest.mark.skipif(not STAGED, reason="neither MNIST nor Fashion-MNIST is staged in DDP_TUTORIAL_ROOT")
 
 
 def cell(source: str, name: str = "train_ddp"):
@@ -91,7 +91,7 @@ def test_sections_3_to_6_run_the_solution_until_the_attendees_function_is_done(c
 def facts(engines):
     """The engines' facts for the solution and for every typical mistake, collected once."""
     if not STAGED:
-        pytest.skip("Fashion-MNIST is not staged in DDP_TUTORIAL_ROOT")
+        pytest.skip("neither MNIST nor Fashion-MNIST is staged in DDP_TUTORIAL_ROOT")
     found = {"solution": capstone.collect(cell(capstone.TRAIN_DDP_CODE))}
     for name in capstone.MISTAKES:
         found[name] = capstone.collect(cell(capstone.mistaken(name)))

@@ -148,7 +148,8 @@ def test_env_says_whether_this_torch_can_use_the_gpus_and_the_command_that_fixes
     caps = [(int(line.split(", ")[1][0]), 0) for line in lines]
     verdict = gpu.compatibility(caps, lines[0].split(", ")[2] if lines else None, "13.0")
     assert verdict.status == status and verdict.suggestion == advice
-    assert ("OK: " if verdict.ok else "!! ") + verdict.message(lang) in done.stdout
+    key = "gpu.report_ok" if verdict.ok else "gpu.report_bad"
+    assert t(key, lang, message=verdict.message(lang)) in done.stdout
     if advice:
         assert f"bash scripts/setup.sh --cuda {advice}" in done.stdout
         assert (f"--index-url https://download.pytorch.org/whl/{advice} torch=={gpu.TORCH_VERSION}+{advice}"

@@ -276,7 +276,7 @@ def collect(fn) -> tuple:
 
     from ..datasets import default_root
     root = str(default_root())
-    if not (Path(root) / "FashionMNIST").is_dir():
+    if not any((Path(root) / name / "raw").is_dir() for name in ("MNIST", "FashionMNIST")):
         raise TutorialError("ex.train_ddp.no_data", root=root)
     folder = tempfile.mkdtemp(prefix="ddp-capstone-")
     try:

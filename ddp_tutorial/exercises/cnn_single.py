@@ -1,12 +1,13 @@
-"""A small CNN on Fashion-MNIST, trained by ONE process: "your own script" for notebook 08.
+"""A small CNN on MNIST (or Fashion-MNIST), trained by ONE process: "your own script" for notebook 08.
 
     python cnn_single.py --root ~/ddp-data --epochs 2 --limit 6000
 
 It knows nothing about distribution and imports nothing from ddp_tutorial: notebook 08 copies it
 into its folder and turns it into DDP, one checklist item at a time. (The package ships it, so
-the notebook finds it wherever it is opened.) The data are torchvision's FashionMNIST files
-(``ROOT/FashionMNIST/raw/*-ubyte``), read once into tensors (no per-image decoding); the
-training reads them the common way, through a ``DataLoader``.
+the notebook finds it wherever it is opened.) The data are torchvision's files in ROOT: the workshop's
+data set (``DDP_TUTORIAL_DATASET``, MNIST unless it says fashion-mnist) where it is staged there, else the
+other one (``ROOT/MNIST/raw/*-ubyte`` or ``ROOT/FashionMNIST/raw/*-ubyte``). They are read once into
+tensors (no per-image decoding); the training reads them the common way, through a ``DataLoader``.
 """
 
 import argparse
@@ -15,11 +16,14 @@ import os
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from torchvision.datasets import FashionMNIST
+from torchvision.datasets import MNIST, FashionMNIST
+
+# mean and standard deviation of the training images' pixels (0..1), per data set
+NORMALISE = {MNIST: (0.1307, 0.3081), FashionMNIST: (0.2860, 0.3530)}
 
 
 class SmallCNN(nn.Module):
-    """28×28 → conv 8 → pool → conv 16 → pool → 10 classes (about 8 000 parameters)."""
+    """28×28 → conv 8 → pool → conv 16 → pool → 10 classes (9 098 parameters)."""
 
     def __init__(self):
         super().__init__()
@@ -31,15 +35,29 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(images).flatten(1))
 
 
+def data_class(root):
+    """MNIST or FashionMNIST: the workshop's data set where ROOT holds it, else the other one."""
+    order = [MNIST, FashionMNIST]
+    if os.environ.get("DDP_TUTORIAL_DATASET") == "fashion-mnist":
+        order.reverse()
+    for kind in order:
+        if os.path.isdir(os.path.join(root, kind.__name__, "raw")):
+            return kind
+    raise SystemExit(f"cnn_single.py: no MNIST or Fashion-MNIST under {os.path.abspath(root)}: "
+                     "pass --root with the folder you staged the data into (or set DDP_TUTORIAL_ROOT)")
+
+
 def load(root, train=True, limit=None):
     """Images (N×1×28×28, normalised) and labels of the training or the test set."""
+    kind = data_class(root)
     try:
-        data = FashionMNIST(root, train=train, download=False)
+        data = kind(root, train=train, download=False)
     except RuntimeError:
-        raise SystemExit(f"cnn_single.py: no Fashion-MNIST under {os.path.abspath(root)}/FashionMNIST: "
-                         "pass --root with the folder you staged the data into (or set DDP_TUTORIAL_ROOT)") from None
+        raise SystemExit(f"cnn_single.py: the {kind.__name__} files under {os.path.abspath(root)} are "
+                         "incomplete: stage them again (ddp-tutorial data prepare)") from None
+    mean, std = NORMALISE[kind]
     images = data.data[:limit].unsqueeze(1).float().div(255)
-    return (images - 0.2860) / 0.3530, data.targets[:limit]
+    return (images - mean) / std, data.targets[:limit]
 
 
 def dataset(root, train=True, limit=None):

@@ -16,7 +16,7 @@ import sys
 from .. import atomic
 from ..config import add_job_arguments, job_options_of
 from ..i18n import TutorialError, t
-from .jobs import JobInfo, cancel, job_info, read_log, read_result, submit, test_only, wait
+from .jobs import JobInfo, cancel, job_info, log_dirs, read_log, read_result, submit, test_only, wait
 from .render import render
 from .spec import PROFILES, TEMPLATES, JobSpec, bad_value, plain_text
 
@@ -71,7 +71,11 @@ def _cmd_render(args) -> int:
         sys.stdout.write(text)
     else:  # atomic's rule: a regular file is replaced atomically, /dev/stdout or a pipe written through
         atomic.check_writable(args.output)  # creates missing folders; a directory or a disk is refused
-        print(t("slurm.written", path=atomic.write_text(args.output, text, mode=0o777)), file=sys.stderr)
+        written = atomic.write_text(args.output, text, mode=0o777)
+        if args.workdir is None and os.path.isfile(written):
+            for folder in log_dirs(text):  # sbatch run from here logs there, and SLURM does not create it
+                folder.mkdir(parents=True, exist_ok=True)
+        print(t("slurm.written", path=written), file=sys.stderr)
     return 0
 
 

@@ -48,11 +48,11 @@ def run_command(args: Sequence[str], env: Optional[Mapping[str, str]] = None, ti
     return proc
 
 
-def _log_dirs(script: Path) -> List[Path]:
-    """Directories named by #SBATCH --output/--error: SLURM does not create them, and a job whose
-    log directory is missing fails at once, without any log."""
+def log_dirs(text: str) -> List[Path]:
+    """Directories named by #SBATCH --output/--error in a script's ``text``: SLURM does not create
+    them, and a job whose log directory is missing fails at once, without any log."""
     dirs = []
-    for line in script.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         m = re.match(r"#SBATCH\s+(?:--output|--error|-o|-e)[=\s]\s*(\S+)", line)
         if m and "%" not in os.path.dirname(m.group(1)):
             dirs.append(Path(m.group(1)).parent)
@@ -65,7 +65,7 @@ def submit(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
     script = Path(script)
     if not script.is_file():
         raise TutorialError("slurm.no_script", path=str(script))
-    for directory in _log_dirs(script):
+    for directory in log_dirs(script.read_text(errors="replace")):
         directory.mkdir(parents=True, exist_ok=True)
     proc = run_command(["sbatch", "--parsable", *sbatch_args, str(script)], env=env)
     return job_id_of(proc.stdout.strip().split(";")[0])  # "id" or "id;cluster"

@@ -172,7 +172,8 @@ def _settings_lines(spec: JobSpec) -> List[str]:
     per_node = "one per GPU" if spec.gpus_per_node else "CPU processes"
     pairs = [
         (f"PYTHON={q(spec.python)}", "the interpreter"),
-        (f"RUN_DIR={q(_run_dir(spec))}", "logs, results (JSON) and checkpoints"),
+        (f"RUN_DIR={q(_run_dir(spec))}",
+         "the job's log" if spec.script is not None else "logs, results (JSON) and checkpoints"),
         (f"NPROC_PER_NODE={spec.processes_per_node}", f"processes per node ({per_node})"),
     ]
     if spec.script is not None:
@@ -181,7 +182,8 @@ def _settings_lines(spec: JobSpec) -> List[str]:
     else:
         pairs.append(("TRAIN_ARGS=(" + " ".join(q(a) for a in _training_args(spec)) + ")", "training options"))
     pairs += [
-        (f"REQUEUE={1 if spec.requeue else 0}", "1: requeue after a checkpoint-and-stop (exit 75)"),
+        (f"REQUEUE={1 if spec.requeue else 0}", "1: requeue after a checkpoint-and-stop (exit 75)"
+         + (" of your script" if spec.script is not None else "")),
         (f"export OMP_NUM_THREADS={spec.cpus_per_process}", "threads per process"),
     ]
     width = max(len(code) for code, _ in pairs if len(code) <= 48)
@@ -222,6 +224,42 @@ PROGRAMS = {
 }
 
 
+# What the job says about the run's files, the stop signal and a requeue: the package's training
+# writes RUN_DIR/result-ID.json and checkpoints, and resumes; your own script does what it does
+# (slurm/README.md shows the pattern that makes it checkpoint, exit 75 and resume).
+RUN_NOTES = {
+    False: {
+        "runfiles": "\n".join([
+            'RESULT="$RUN_DIR/result-$SLURM_JOB_ID.json"',
+            'CHECKPOINTS="$RUN_DIR/checkpoint-$SLURM_JOB_ID"',
+            "RESUME=()",
+            'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+            "    RESUME=(--resume)   # a requeued run continues from its checkpoint",
+            "fi"]),
+        "stopnote": "# pass it on; the training checkpoints at the next step boundary and exits with code 75.",
+        "stopecho": "asking the training to checkpoint and stop",
+        "finished": "training",
+        "exitnote": "\n".join([
+            "# Exit code 75: the training wrote a checkpoint and stopped. After our SIGUSR1 any non-zero code",
+            "# counts the same: torchrun reports its workers' 75 as 1, and a process still starting up when",
+            "# the signal came simply died from it (the requeued run then starts from the last checkpoint)."]),
+        "requeueecho": "the next run resumes from $CHECKPOINTS",
+    },
+    True: {
+        "runfiles": "# (your script writes its own results and checkpoints, if any: RUN_DIR holds the job's log)",
+        "stopnote": "\n".join([
+            "# pass it on to your script. It stops cleanly only if it handles SIGUSR1 itself: save, exit 75",
+            "# (slurm/README.md shows the pattern); otherwise SIGUSR1 ends it."]),
+        "stopecho": "passing it on to your script",
+        "finished": "your script",
+        "exitnote": "\n".join([
+            "# Exit code 75: your script saved its state and stopped (slurm/README.md's pattern). After our",
+            "# SIGUSR1 any non-zero code counts the same (torchrun reports a worker's 75 as 1)."]),
+        "requeueecho": "the next run starts your script again",
+    },
+}
+
+
 def render(spec: JobSpec) -> str:
     """The sbatch script for ``spec`` (validated first)."""
     validate(spec)
@@ -230,6 +268,7 @@ def render(spec: JobSpec) -> str:
             "check": "\n".join(check_lines(spec))}
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
+        gaps.update(RUN_NOTES[spec.script is not None])
     return fill(template_text(spec.template), gaps)
 
 

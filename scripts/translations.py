@@ -1,0 +1,152 @@
+"""Which Turkish texts may be stale: the English each one translates, as a hash, in ``translations.lock.json``.
+
+Every English text that has a Turkish twin is one *unit*: each ``=== md en`` block of
+``notebooks/src/*.cells`` (twin: the ``=== md tr`` block before it), each ``⟪tr‖en⟫`` pair in a code
+cell (its English half), each section (heading to heading) of a ``docs/**/*.md`` page that has a
+``.tr.md`` twin and of README.md's English half, and each key of ``ddp_tutorial/messages/en.toml``.
+The lock holds, per file, the sha256 of every unit's English text at the time its Turkish was last
+confirmed. ``check`` lists every unit whose English hash is not in the lock (new, or edited since the
+Turkish was confirmed): its Turkish twin must be read again. After a translator has updated the Turkish::
+
+    python scripts/translations.py check      # what to re-read (exit 1 if anything)
+    python scripts/translations.py confirm    # record the current English as translated
+    python notebooks/build.py --confirm-translations   # the same as confirm
+
+The cells and pages are hashed by content, not by position, so inserting a block flags only that block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = ROOT / "translations.lock.json"
+BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^(#{1,6})\s+\S")
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
+
+
+def cell_blocks(path: Path) -> list:
+    """(kind, first line number, text) for every ``=== `` block of a .cells file."""
+    blocks, kind, start, lines = [], None, 0, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("=== "):
+            if kind is not None:
+                blocks.append((kind, start, "\n".join(lines).strip("\n")))
+            kind, start, lines = line[4:].strip(), number, []
+        else:
+            lines.append(line)
+    if kind is not None:
+        blocks.append((kind, start, "\n".join(lines).strip("\n")))
+    return blocks
+
+
+def md_pairs(path: Path) -> list:
+    """(line of the Turkish block, Turkish text, English text) for every md tr/en pair of a .cells file."""
+    blocks, pairs = cell_blocks(path), []
+    for (kind, line, text), following in zip(blocks, blocks[1:] + [None]):
+        if kind == "md tr" and following and following[0] == "md en":
+            pairs.append((line, text, following[2]))
+    return pairs
+
+
+def sections(text: str) -> list:
+    """The text split at its headings (outside code fences): [(heading line or '', section text)]."""
+    parts, fenced = [("", [])], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        if not fenced and HEADING.match(line):
+            parts.append((line.strip(), []))
+        parts[-1][1].append(line)
+    return [(head, "\n".join(body)) for head, body in parts if "\n".join(body).strip()]
+
+
+def readme_halves() -> tuple:
+    """README.md's Turkish and English halves (from '## Türkçe' and '## English' on)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    tr_at, en_at = text.find("\n## Türkçe"), text.find("\n## English")
+    if tr_at < 0 or en_at < 0:
+        return "", ""
+    return (text[tr_at:en_at], text[en_at:]) if tr_at < en_at else (text[tr_at:], text[en_at:tr_at])
+
+
+def page_pairs() -> list:
+    """(English page, Turkish page) for every docs page with a .tr.md twin (either may be missing)."""
+    pages = {p for p in (ROOT / "docs").rglob("*.md")}
+    english = {p for p in pages if not p.name.endswith(".tr.md")}
+    turkish = {p for p in pages if p.name.endswith(".tr.md")}
+    pairs = {(p, p.with_name(p.name[:-3] + ".tr.md")) for p in english
+             if p.with_name(p.name[:-3] + ".tr.md") in turkish}
+    pairs |= {(p.with_name(p.name[:-6] + ".md"), p) for p in turkish}
+    return sorted(pairs)
+
+
+def units() -> dict:
+    """{file (relative): [(unit id, English text)]} for every English text that has a Turkish twin."""
+    found = {}
+    for path in sorted((ROOT / "notebooks" / "src").glob("*.cells")):
+        rel = str(path.relative_to(ROOT))
+        items = [(f"md block at line {line} ('=== md tr'): {en.splitlines()[0][:60] if en else ''}", en)
+                 for line, _tr, en in md_pairs(path)]
+        for kind, line, text in cell_blocks(path):
+            if not kind.startswith("md"):
+                items += [(f"⟪…‖{m.group(2)[:50]}⟫ in the code block at line {line}", m.group(2))
+                          for m in BILINGUAL.finditer(text)]
+        found[rel] = items
+    for english, turkish in page_pairs():
+        if english.exists() and turkish.exists():
+            found[str(english.relative_to(ROOT))] = [
+                (f"section {head or '(before the first heading)'} — twin in {turkish.relative_to(ROOT)}", body)
+                for head, body in sections(english.read_text(encoding="utf-8"))]
+    _tr_half, en_half = readme_halves()
+    found["README.md"] = [(f"English half, section {head} — twin in the Turkish half", body)
+                          for head, body in sections(en_half)]
+    sys.path.insert(0, str(ROOT))
+    from ddp_tutorial import i18n
+    found["ddp_tutorial/messages/en.toml"] = [(f"[{key}] — twin in tr.toml", value)
+                                              for key, value in sorted(i18n.messages("en").items())]
+    return found
+
+
+def current() -> dict:
+    return {rel: {sha(text): label[:90] for label, text in items} for rel, items in units().items()}
+
+
+def stale(lock: dict | None = None) -> list:
+    """'file: unit — what to do' for every English text whose hash is not in the lock."""
+    if lock is None:
+        lock = json.loads(LOCK.read_text(encoding="utf-8")) if LOCK.exists() else {}
+    return [f"{rel}: {label[:90]} — the English is new or changed since its Turkish was confirmed: "
+            f"update the Turkish twin, then run `python scripts/translations.py confirm`"
+            for rel, items in units().items() for label, text in items if sha(text) not in lock.get(rel, {})]
+
+
+def confirm() -> None:
+    LOCK.write_text(json.dumps(current(), ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def main(argv: list) -> int:
+    command = argv[0] if argv else "check"
+    if command == "confirm":
+        confirm()
+        print(f"wrote {LOCK.relative_to(ROOT)}")
+        return 0
+    if command == "check":
+        problems = stale()
+        print("\n".join(problems) if problems else "every Turkish text is confirmed against its English")
+        return 1 if problems else 0
+    print("usage: python scripts/translations.py check|confirm", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
