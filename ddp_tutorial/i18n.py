@@ -60,8 +60,8 @@ class _LocalNumbers(string.Formatter):
 
     def format_field(self, value, format_spec):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if number and abs(value) >= 10_000:  # 60.000, as number() writes it; the English text keeps 60000
-            format_spec = _grouped(format_spec)
+        if isinstance(value, float) and abs(value) >= 10_000:  # a measurement: 60.782 örnek/s, as number()
+            format_spec = _grouped(format_spec)                 # writes it (ints can be ports, ids, options)
         text = super().format_field(value, format_spec)
         if number:
             text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
@@ -74,7 +74,7 @@ _SPEC = re.compile(r"^(?P<head>(?:.?[<>=^])?[+\- ]?z?#?0?\d*)(?P<group>[,_]?)(?P
 def _grouped(spec: str) -> str:
     """``spec`` with thousands grouping, where the spec has none and its type allows it."""
     m = _SPEC.match(spec)
-    if not m or m["group"] or m["tail"][-1:] not in ("", "d", "f", "F", "g", "G", "%"):
+    if not m or m["group"] or m["tail"][-1:] not in ("", "f", "F"):
         return spec
     return m["head"] + "," + m["tail"]
 
@@ -168,4 +168,4 @@ def decimal_number(text: str) -> float:
         if "," in text:
             raise argparse.ArgumentTypeError(t("cli.decimal_comma", value=text,
                                                fixed=text.replace(",", "."))) from None
-        raise
+        raise argparse.ArgumentTypeError(t("cli.not_a_number", value=text)) from None

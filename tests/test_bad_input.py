@@ -122,7 +122,7 @@ def cases(p) -> Dict[str, Case]:
         "node-rank-ge-number-of-nodes": Case(
             "spawn", ["--nnodes", "2", "--node-rank", "2", "--nproc-per-node", "1", *data],
             dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500"), both=("2", "0 … 1"),
-            en=("node rank 2", "number of nodes = 2"), tr=("düğüm sırası 2", "düğüm sayısı = 2")),
+            en=("node rank 2", "number of nodes = 2"), tr=("düğüm rank'i 2", "düğüm sayısı = 2")),
         "gpus-requested-none-present": Case("ddp-tutorial", ["train", *data, "--device", "cuda"],
                                              both=("--device cuda",), en=("no usable CUDA GPU",), tr=("GPU yok",)),
         "nccl-requested-on-the-cpu": Case("ddp-tutorial", ["train", *data, "--device", "cpu", "--backend", "nccl"],
@@ -150,7 +150,7 @@ def cases(p) -> Dict[str, Case]:
                                              tr=("Tutarsız", "SLURM_NTASKS=2, oysa SLURM_NPROCS=3")),
         "local-rank-ge-processes-per-node": Case("train", data, dict(torchrun(1, 2, 3), LOCAL_WORLD_SIZE="2"),
                                                 both=("3", "0 … 1"), en=("local rank 3", "processes on this node"),
-                                                tr=("yerel sıra 3", "bu düğümdeki süreç sayısı")),
+                                                tr=("yerel rank 3", "bu düğümdeki süreç sayısı")),
         "more-processes-per-node-than-in-the-world": Case(
             "train", data, dict(torchrun(1, 2, 1), LOCAL_WORLD_SIZE="4"), both=("4", "2"),
             en=("Inconsistent", "4 processes per node but world size 2"),

@@ -51,6 +51,13 @@ def test_decimal_comma_option_gets_turkish_advice():
     assert "nokta yazın (0.001)" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_word_for_a_number_is_named_not_a_python_type():
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.cli", "train", "--lr", "abc"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=tr_env())
+    assert done.returncode == 2 and "'abc' bir sayı değil" in done.stderr, done.stderr
+    assert "decimal_number" not in done.stderr and "float" not in done.stderr
+
+
 @pytest.mark.parametrize("payload", [b"not a checkpoint at all", b"PK\x03\x04 truncated"])
 def test_corrupt_checkpoint_reason_is_turkish(tmp_path, payload):
     (tmp_path / "ckpt").mkdir()
