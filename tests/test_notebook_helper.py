@@ -26,7 +26,7 @@ def test_setup_line_and_error_display(tmp_path, monkeypatch):
     try:
         out = _run(kc, "from ddp_tutorial import notebook\nNB = notebook.setup()")
         line = out[0]["text"]
-        assert line.startswith("not defteri dili: tr") and "$DDP_TUTORIAL_ROOT" in line
+        assert line.startswith("defter dili: tr") and "$DDP_TUTORIAL_ROOT" in line
         assert str(tmp_path) not in line  # no machine path in a stored output
         out = _run(kc, "from ddp_tutorial.config import TrainConfig\nfrom ddp_tutorial.train import train\n"
                        "train(TrainConfig(epochs=-1))")
