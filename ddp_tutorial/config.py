@@ -26,7 +26,7 @@ from typing import Dict, Optional, Tuple
 from . import validate
 from .datasets import NAMES as DATASETS
 from .datasets import default_dataset
-from .i18n import TutorialError
+from .i18n import TutorialError, decimal_number
 from .validate import Choice, Int, NonEmptyPath, Number
 
 CHECKPOINT_NAME = "checkpoint.pt"   # the file in --checkpoint-dir (ddp_tutorial.checkpoint writes it)
@@ -142,7 +142,7 @@ def _argparse_keywords(f) -> dict:
     default = None if f.default is MISSING else f.default
     if kind == "bool":
         return dict(action="store_true")
-    from .i18n import decimal_number  # 0,001 → "write a dot" in the user's language
+    # decimal_number: 0,001 → "write a dot" in the user's language
     keywords = dict(default=default, type={"int": int, "float": decimal_number}.get(kind, str))
     rule = f.metadata["rule"]
     if isinstance(rule, Choice):  # shown in --help; a bad value gets the rule's message, like every option

@@ -330,10 +330,7 @@ def report(lang: Optional[str] = None) -> str:
     else:
         lines.append(t("gpu.report_no_gpu", lang))
     verdict = compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
-    if verdict.ok:
-        lines.append(t("gpu.report_ok", lang, message=verdict.message(lang)))
-    else:
-        lines.append(t("gpu.report_bad", lang, message=verdict.message(lang)))
+    lines.append(t("gpu.report_ok" if verdict.ok else "gpu.report_bad", lang, message=verdict.message(lang)))
     return "\n".join(lines)
 
 

@@ -56,16 +56,21 @@ def _flatten(table: dict, prefix: str = "") -> Dict[str, str]:
 
 class _LocalNumbers(string.Formatter):
     """``str.format`` that writes numbers the Turkish way: decimal comma, dot between thousands
-    (``{loss:.4f}`` → 0,4567; ``{rate:,.0f}`` → 12.345). Text fields are left as they are."""
+    (``{loss:.4f}`` → 0,4567; ``{rate:.0f}`` of 12345.0 → 12.345: a float from 10 000 on is grouped,
+    as :func:`number` groups it, so both catalogues use the same specs). Ints (ports, ids, options as
+    typed) and text fields are left as they are."""
 
     def format_field(self, value, format_spec):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if isinstance(value, float) and abs(value) >= 10_000:  # a measurement: 60.782 örnek/s, as number()
             format_spec = _grouped(format_spec)                 # writes it (ints can be ports, ids, options)
         text = super().format_field(value, format_spec)
-        if number:
-            text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
-        return text
+        return _turkish_separators(text) if number else text
+
+
+def _turkish_separators(text: str) -> str:
+    """1,234.5 → 1.234,5."""
+    return text.replace(",", "\0").replace(".", ",").replace("\0", ".")
 
 
 _SPEC = re.compile(r"^(?P<head>(?:.?[<>=^])?[+\- ]?z?#?0?\d*)(?P<group>[,_]?)(?P<tail>(?:\.\d+)?[a-zA-Z%]?)$")
@@ -127,9 +132,7 @@ def number(value: float, lang: str | None = None, decimals: int | None = None) -
         text = f"{value:,.{decimals}f}"
     if abs(value) < 10_000:
         text = text.replace(",", "")
-    if lang == "tr":
-        text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
-    return text
+    return _turkish_separators(text) if lang == "tr" else text
 
 
 def percent(value: float, decimals: int = 2, lang: str | None = None) -> str:
@@ -145,14 +148,14 @@ def localise_axes(fig, lang: str | None = None):
     their numbers: every figure the package or a notebook draws passes through it."""
     if (lang or language()) != "tr":
         return fig
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
     def tick(value, _position=None):
         return number(round(value, 6), lang="tr")
 
     for ax in fig.get_axes():
         for axis in (ax.xaxis, ax.yaxis):
-            if type(axis.get_major_formatter()).__name__ == "ScalarFormatter":
+            if isinstance(axis.get_major_formatter(), ScalarFormatter):  # names and dates stay
                 axis.set_major_formatter(FuncFormatter(tick))
     return fig
 
