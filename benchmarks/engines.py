@@ -20,6 +20,12 @@ measured by rank 0 from just before the first step); training is a short run
 (``--subset`` images, no test) so the rest of the call is small.
 
     python -m benchmarks.engines --n 2 --repeats 3 --json runs/engines.json
+
+``--checks`` measures instead what an attendee waits for an exercise's ``check()`` in 03 and 04
+(the solution, so every check passes): the first check of a notebook starts the two engines, every
+later one reuses them (issue 26 asks ≤ 3 s for those)::
+
+    python -m benchmarks.engines --checks --repeats 3 --json runs/engine-checks.json
 """
 
 from __future__ import annotations
@@ -76,6 +82,44 @@ def one_round(config: TrainConfig, n: int, pause: float) -> dict:
     return row
 
 
+CHECKED = ("mean_over_ranks", "average_gradients", "train_ddp_steps", "evaluate_rank0")
+
+
+def check_round() -> dict:
+    """Seconds of each exercise's ``check()`` with its solution, in the notebooks' order, starting
+    with no engines running; the first starts them, the others reuse them."""
+    from ddp_tutorial import exercises
+    row = {}
+    try:
+        for name in CHECKED:
+            exercise, namespace = exercises.get(name), {}
+            exec(exercise.code, namespace)  # the solution, as the attendee would have written it
+            began = time.perf_counter()
+            outcome = exercise.evaluate(namespace[name])
+            row[name] = time.perf_counter() - began
+            if outcome.status != "correct":
+                raise SystemExit(f"{name}: the solution did not pass: {outcome.text}")
+    finally:
+        ipp.stop()
+    return row
+
+
+def checks(args) -> int:
+    rows = []
+    for repeat in range(args.repeats):
+        rows.append(check_round())
+        print(f"round {repeat + 1}: " + ", ".join(f"{k} {rows[-1][k]:.2f} s" for k in CHECKED), flush=True)
+    later = [r[k] for r in rows for k in CHECKED[1:]]
+    medians = {k: statistics.median(r[k] for r in rows) for k in CHECKED}
+    print(f"\nseconds per check() over {len(rows)} rounds (the first starts the engines):")
+    for k in CHECKED:
+        print(f"  {k:<18} {medians[k]:6.2f}   ({min(r[k] for r in rows):.2f}–{max(r[k] for r in rows):.2f})")
+    print(f"  every later check: max {max(later):.2f} s")
+    if args.json:
+        write_json(args.json, {"kind": "checks", "rounds": rows, "medians": medians, "later_max": max(later)})
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2, help="engines (world size)")
@@ -85,7 +129,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", default=None)
     parser.add_argument("--root", default=None)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--checks", action="store_true",
+                        help="time the exercise checks of 03 and 04 instead (first vs later)")
     args = parser.parse_args(argv)
+    if args.checks:
+        return checks(args)
     options = {"dataset": args.dataset, "root": args.root}
     config = TrainConfig(**{k: v for k, v in options.items() if v}, epochs=1, train_subset=args.subset,
                          evaluate=False, progress=False, quiet=True)

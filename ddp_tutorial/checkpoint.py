@@ -243,7 +243,7 @@ REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape
 # Settings that decide the data order or the optimisation: a resumed run must keep them, or it
 # would silently be another run. (The learning rate may change: runstate applies it and says so.)
 SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
-               "optimizer_kind": ""}  # "": no option; the message says "the optimizer" in the user's words
+               "optimizer_kind": "--optimizer"}
 # These split an epoch among the ranks: they must match only when the checkpoint is mid-epoch.
 SAME_MID_EPOCH = ("world_size", "batch_size")
 

@@ -61,6 +61,8 @@ class TrainConfig:
     batch_size: int = option(128, help="cli.batch_size", rule=Int(1, 1 << 20), job=True,  # per process
                              result=True)
     lr: float = option(1e-3, help="cli.lr", rule=Number(0.0, 10.0), job=True)
+    # adam (the seed's) | sgd (with momentum 0.9: what the linear scaling rule was derived for)
+    optimizer: str = option("adam", help="cli.optimizer", rule=Choice(("adam", "sgd")), result=True)
     # none | linear (lr × world size) | sqrt (lr × √world size); a bare --scale-lr is linear
     scale_lr: str = option("none", help="cli.scale_lr", rule=Choice(("none", "linear", "sqrt")), result=True,
                            cli=dict(nargs="?", const="linear"))

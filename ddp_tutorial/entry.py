@@ -3,6 +3,7 @@ a lost peer → 3 (codes in :mod:`ddp_tutorial.exits`). No torch import."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -30,6 +31,13 @@ def run_and_exit(function, *args) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return exits.INTERRUPTED
+    except OSError as error:  # EMFILE anywhere (an import, a socket, a file): named, with the way out
+        if error.errno != errno.EMFILE:
+            raise
+        import resource
+        print(f"{t('error.prefix')}: {t('open_files.emfile', limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])}",
+              file=sys.stderr, flush=True)
+        return exits.USER_ERROR
     except Exception as error:
         code = getattr(error, "exit_code", None)  # preemption.Preempted: exits.REQUEUE
         if code is None:

@@ -142,6 +142,13 @@ def percent(value: float, decimals: int = 2, lang: str | None = None) -> str:
     return f"%{text}" if lang == "tr" else f"{text} %"
 
 
+def yes_no(flag: object, lang: str | None = None) -> str:
+    """A check's answer in words: ``evet`` / ``hayır`` in Turkish, ``yes`` / ``no`` in English, where
+    ``print`` would write Python's ``True`` / ``False``. ``flag`` is read with ``bool()``, so a numpy or
+    one-element torch boolean works too."""
+    return t("answer.yes", lang) if bool(flag) else t("answer.no", lang)
+
+
 def localise_axes(fig, lang: str | None = None):
     """Give every axis of the matplotlib figure ``fig`` tick labels written the language's way
     (0,5 and 60.000 in Turkish); English keeps matplotlib's own. The one place figures localise
@@ -172,3 +179,18 @@ def decimal_number(text: str) -> float:
             raise argparse.ArgumentTypeError(t("cli.decimal_comma", value=text,
                                                fixed=text.replace(",", "."))) from None
         raise argparse.ArgumentTypeError(t("cli.not_a_number", value=text)) from None
+
+
+BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
+"""``⟪Türkçe‖English⟫`` in code (a comment, a docstring, a printed text): one text per language."""
+
+
+def localize_code(code: str, lang: str | None = None) -> str:
+    """``code`` in one language: every ``⟪tr‖en⟫`` becomes its ``lang`` part (default: :func:`language`).
+    The notebooks' code cells (notebooks/build.py) and the exercises' solutions are written this way.
+    A stray or unbalanced marker raises ``ValueError``."""
+    lang = lang or language()
+    code = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), code)
+    if "⟪" in code or "⟫" in code or "‖" in code:
+        raise ValueError(f"an unbalanced ⟪…‖…⟫ in a code cell:\n{code}")
+    return code

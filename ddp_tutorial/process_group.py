@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from . import exits
 from .i18n import TutorialError, t
+from .supervisor import ensure_open_files
 from .whoami import DistEnv
 
 WATCHDOG_GRACE_SECONDS = 5.0   # torch's own timeout gets this long to speak first
@@ -54,6 +55,7 @@ def rendezvous_errors(env: DistEnv, timeout_seconds: float):
         print(f"{t('error.prefix')} (rank {env.rank}): {message}", file=sys.stderr, flush=True)
         os._exit(exits.USER_ERROR)  # the rendezvous is stuck in C++: nothing else can end it
 
+    ensure_open_files(env.world_size)  # a torchrun/srun rank: no launcher of ours checked ulimit -n
     check_master_address(env)
     threading.Thread(target=give_up, name="rendezvous-watchdog", daemon=True).start()
     try:

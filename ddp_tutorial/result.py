@@ -45,6 +45,7 @@ class TrainResult:
     launcher: str = ""
     num_nodes: int = 1
     scale_lr: str = "none"
+    optimizer: str = "adam"
     warmup_steps: int = 0
     threads: int = 0              # intra-op threads of this process (torch.get_num_threads())
     omp_wait_policy: str = ""     # OMP_WAIT_POLICY as this process saw it ("" = OpenMP's default)

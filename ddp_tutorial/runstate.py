@@ -149,7 +149,7 @@ class RunState:
     def _expected(self) -> dict:
         c = self.config
         return dict(shape=self.shape, world_size=self.env.world_size, batch_size=c.batch_size, seed=c.seed,
-                    dataset=c.dataset, train_subset=c.train_subset, optimizer_kind="adam", lr=self.lr)
+                    dataset=c.dataset, train_subset=c.train_subset, optimizer_kind=c.optimizer, lr=self.lr)
 
     def _resume(self) -> Position:
         state = ckpt.load_checkpoint(self.config.checkpoint_dir, self._expected())

@@ -28,7 +28,7 @@ from .config import TrainConfig, add_launch_arguments, add_train_arguments, conf
 from .device_rule import device_for, explained
 from .entry import run_and_exit
 from .i18n import TutorialError, t
-from .supervisor import run_processes
+from .supervisor import ensure_open_files, run_processes
 from .validate import check_processes
 from .whoami import find_free_port, resolve_environment
 
@@ -69,6 +69,7 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     nproc_per_node = nproc_per_node if nproc_per_node is not None else default_nproc_per_node()
     if nproc_per_node < 1 or num_nodes < 1:
         raise TutorialError("env.world_size", world_size=nproc_per_node * num_nodes)
+    ensure_open_files(nproc_per_node * num_nodes)  # before any child: EMFILE named, not "Failed to recv"
 
     if config.device != "cpu":
         # The device rule (device_rule.device_for), checked once here before any child starts: the

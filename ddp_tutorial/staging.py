@@ -21,8 +21,7 @@ The IDX format (http://yann.lecun.com/exdb/mnist/):
 * images: big-endian ``magic=2051, count, rows=28, cols=28``, then ``count*28*28`` bytes;
 * labels: big-endian ``magic=2049, count``, then ``count`` bytes (0…9).
 
-This module does not import torch (torchvision only inside the download), so
-``ddp-tutorial data check`` answers at once.
+No torch import here (torchvision only inside the download): ``ddp-tutorial data check`` answers at once.
 """
 
 from __future__ import annotations
@@ -87,11 +86,10 @@ def prepare_command(dataset: str, root: Path, from_dir: Optional[str] = None) ->
     return command + (f" --from {shlex.quote(str(from_dir))}" if from_dir else "")
 
 
-# --------------------------------------------------------------------------------------
-# Checking one file: header, size and (labels) content, from a staged file or a .gz source,
-# read as a stream that never goes past the size the header declares. ``fix`` is the command
-# the error message tells the user to run.
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# Checking one file: header, size and (labels) content, from a staged file or a .gz source, read as a stream
+# that never goes past the size the header declares. ``fix`` is the command the error message tells to run.
+# ------------------------------------------------------------------------------------------------------------
 
 @dataclass
 class Scanned:
@@ -199,12 +197,10 @@ def check_split(dataset: str, split: str, images: Path, labels: Path, fix: str, 
     return n_images
 
 
-def check(dataset: str, root: Path) -> Tuple[int, int]:
-    """Validate the staged files of ``dataset`` in ``root``; return (train, test) sizes.
-
-    Missing files → a :class:`TutorialError` naming the ``prepare`` command.
-    """
-    folder, command = raw_folder(dataset, root), prepare_command(dataset, root)
+def check(dataset: str, root: Path, command: Optional[str] = None) -> Tuple[int, int]:
+    """Validate the staged files of ``dataset`` in ``root``; return (train, test) sizes. Missing files
+    → a :class:`TutorialError` naming the ``prepare`` command (or ``command``)."""
+    folder, command = raw_folder(dataset, root), command or prepare_command(dataset, root)
     try:
         is_dir = stat.S_ISDIR(os.stat(Path(root).expanduser()).st_mode)
     except FileNotFoundError:
@@ -213,6 +209,9 @@ def check(dataset: str, root: Path) -> Tuple[int, int]:
         raise _os_error(error, root, Path(root)) from None
     if not is_dir:
         raise TutorialError("data.root_not_dir", root=root, path=root)
+    for path in (folder / name for name in ALL_FILES):  # a folder where a file belongs: in the way, not missing
+        if path.exists() and not path.is_file():
+            raise TutorialError("data_files.not_a_file", path=path, quoted=shlex.quote(str(path)), command=command)
     missing = [name for name in ALL_FILES if not (folder / name).is_file()]
     if missing:
         raise TutorialError("data.not_staged", dataset=dataset, root=root, missing=", ".join(missing),
@@ -222,11 +221,13 @@ def check(dataset: str, root: Path) -> Tuple[int, int]:
     return n_train, n_test
 
 
-def _staged(dataset: str, root: Path) -> Optional[Tuple[int, int]]:
-    """(train, test) sizes if everything is staged and valid, else ``None``."""
+def _staged(dataset: str, root: Path, command: Optional[str] = None) -> Optional[Tuple[int, int]]:
+    """(train, test) sizes if everything is staged and valid, else ``None`` (a folder in the way: raised)."""
     try:
-        return check(dataset, root)
-    except TutorialError:
+        return check(dataset, root, command)
+    except TutorialError as error:
+        if error.key == "data_files.not_a_file":
+            raise
         return None
 
 
@@ -382,8 +383,7 @@ def prepare(dataset: str, root: Path, from_dir: Optional[Path] = None,
     * otherwise downloads with torchvision, unless ``download=False``.
 
     Several processes may call it at the same time on the same ``root``: one stages the files,
-    the others wait for the lock and then find them ready.
-    """
+    the others wait for the lock and then find them ready."""
     root, folder = Path(root).expanduser(), raw_folder(dataset, root)
 
     def say(key: str, **fields: object) -> None:
@@ -391,14 +391,15 @@ def prepare(dataset: str, root: Path, from_dir: Optional[Path] = None,
             print(t(key, dataset=dataset, root=root, **fields), flush=True)
 
     # Fast path, without the lock: nothing to do (works on a read-only root too).
-    counts = _staged(dataset, root)
+    command = prepare_command(dataset, root, from_dir) if from_dir is not None else None
+    counts = _staged(dataset, root, command)
     if counts is None:
         _usable_root(root, folder)
         with _os_errors(root, folder), _locked(folder.parent / ".prepare.lock", on_wait=lambda: say("data.waiting")):
             for place in (folder, folder.parent):
                 if removed := remove_leftovers(place):
                     say("data.cleaned", count=removed, folder=place)
-            counts = _staged(dataset, root)  # another process may have staged it while we waited
+            counts = _staged(dataset, root, command)  # another process may have staged it while we waited
             if counts is None:
                 if from_dir is not None:
                     say("data.importing", from_dir=from_dir)

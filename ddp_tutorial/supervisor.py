@@ -27,7 +27,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .exits import LOST_PEER as EXIT_LOST_PEER
 from .exits import REQUEUE as EXIT_REQUEUE
 from .failures import WATCHDOG_LINE
-from .i18n import t
+from .i18n import TutorialError, t
 from .preemption import EARLY_STOP_VARIABLE, early_signal
 from .threads import prefer_passive_openmp
 
@@ -119,6 +119,28 @@ def _describe(code: int, short: bool = False) -> str:
     if code == EXIT_LOST_PEER:
         return t("spawn.lost_peer", code=code)
     return t("spawn.exit_code", code=code)
+
+
+#: Open files one training process needs beyond its sockets to the other ranks (torch's libraries,
+#: the data, the supervisor's pipes, gloo's event loop); measured: 4 ranks fail below ≈30 in all.
+OPEN_FILES_BASE = 32
+
+
+def ensure_open_files(world_size: int) -> None:
+    """Each process of a run keeps a socket to every other rank (the rendezvous store on rank 0, gloo's
+    pairs): under a low ``ulimit -n`` torch fails deep inside ("Failed to init uv loop", "Failed to
+    recv", an import) and EMFILE is never named. Raise the soft limit up to the hard one (the
+    children inherit it), or refuse before anything starts, naming the limit and the way out."""
+    import resource
+    needed = OPEN_FILES_BASE + 2 * world_size
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if world_size < 2 or soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        ceiling = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(needed, ceiling), hard))
+        return
+    raise TutorialError("open_files.too_few", limit=soft, hard=hard, needed=needed, world_size=world_size)
 
 
 def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: int = 0,

@@ -103,9 +103,11 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             if distributed:
                 ddp_model = DistributedDataParallel(
                     model, device_ids=[device.index] if device.type == "cuda" else None)
-            # The lr for this world size (--scale-lr). fused=True: one kernel updates all parameters.
-            optimizer = torch.optim.Adam(ddp_model.parameters(), lr=scaled_lr(config, env.world_size),
-                                         fused=True)
+            # The lr for this world size (--scale-lr); Adam as the seed (fused: one kernel updates all
+            # parameters), or SGD with momentum (--optimizer sgd). Over ddp_model's parameters.
+            lr = scaled_lr(config, env.world_size)
+            optimizer = (torch.optim.Adam(ddp_model.parameters(), lr=lr, fused=True) if config.optimizer == "adam"
+                         else torch.optim.SGD(ddp_model.parameters(), lr=lr, momentum=0.9))
             criterion = torch.nn.CrossEntropyLoss()
             start = run.begin(model, optimizer, device, control, steps_per_epoch)  # --resume: from here
             if distributed:

@@ -16,7 +16,9 @@ by construction; each markdown cell is written twice, once per language. The for
     print("optional: code shown between the task and the attendee's cell")
 
 (a ``=== md tr`` block must be followed at once by its ``=== md en`` block; nothing may stand
-before the first ``===`` line).
+before the first ``===`` line; the file is UTF-8, named ``NN_name.cells``, and not empty). A source
+that breaks a rule is refused with one line, ``notebooks/src/NN_name.cells:LINE: what to fix``,
+and nothing is written.
 
 ``=== exercise NAME`` stands for the cells every checked exercise has, built from
 :mod:`ddp_tutorial.exercises`: the task (markdown: the ``title`` and ``task`` messages of ``[ex.NAME]``
@@ -73,62 +75,109 @@ CHECK_CELL = ("from ddp_tutorial import exercises as ex\n\n"
               "ex.{0}.check()\n# ex.{0}.hint()  ·  ex.{0}.hint(2)  ·  ex.{0}.solution()")
 
 
+BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
+
+
+KINDS = ("md tr", "md en", "code", "code raises-exception", "exercise NAME")
+SOURCE_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.cells$")  # also the notebooks' names and their cells' ids
+
+
+def shown(path: Path) -> str:
+    """The path as a maintainer types it: relative to the checkout when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
+
+
+def read_source(path: Path) -> str:
+    """The text of a source file; a clear error when it is not UTF-8 text."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise SourceError(f"{shown(path)}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x}); "
+                          f"save the file as UTF-8") from None
+
+
+def unbalanced(text: str) -> int | None:
+    """The 0-based line of ``text`` holding a ``⟪``, ``‖`` or ``⟫`` outside a complete ``⟪tr‖en⟫``."""
+    rest = BILINGUAL.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    stray = re.search("[⟪⟫‖]", rest)
+    return None if stray is None else rest.count("\n", 0, stray.start())
+
+
 def parse(path: Path) -> list:
     """The cells of a source file: ("code", text), ("code raises-exception", text),
-    ("md", {"tr": text, "en": text}) or ("exercise", (name, text))."""
-    cells, kind, lines = [], None, []
+    ("md", {"tr": text, "en": text}) or ("exercise", (name, text)). A malformed source raises
+    :class:`SourceError` with one line: ``file:line: what is wrong and what to do``."""
+    where = shown(path)
+    if not SOURCE_NAME.match(path.name):
+        raise SourceError(f"{where}: the name {path.name!r} cannot name a notebook: use NN_name.cells "
+                          f"(two digits, '_', then lower-case letters, digits or '_', e.g. 10_my_topic.cells)")
+    cells, kind, start, lines = [], None, 0, []
 
     def flush():
         if kind is None:
             return
-        text = "\n".join(lines).strip("\n")
+        raw = "\n".join(lines)
+        text = raw.strip("\n")
+        if kind.startswith(("code", "exercise ")) and (bad := unbalanced(raw)) is not None:
+            raise SourceError(f"{where}:{start + 1 + bad}: an unbalanced ⟪…‖…⟫ (write ⟪Türkçe‖English⟫ "
+                              f"with one ‖ and both brackets, in the same cell)")
         if kind in ("code", "code raises-exception"):
             cells.append((kind, text))
         elif kind.startswith("exercise "):
-            cells.append(("exercise", (exercise(path, kind[len("exercise "):].strip()).name, text)))
+            cells.append(("exercise", (exercise(path, kind[len("exercise "):].strip(), start).name, text)))
         elif kind == "md tr":
-            cells.append(("md", {"tr": text}))
+            cells.append(("md", {"tr": text, "line": start}))
         else:  # md en: completes the Turkish cell just before it
             if not cells or cells[-1][0] != "md" or "en" in cells[-1][1]:
-                raise SourceError(f"{path.name}: '=== md en' must follow a '=== md tr' block")
+                raise SourceError(f"{where}:{start}: '=== md en' must follow a '=== md tr' block "
+                                  f"(write the Turkish text first, then its English)")
             cells[-1][1]["en"] = text
 
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_source(path).splitlines(), 1):
         if line.startswith("=== "):
             flush()
-            kind, lines = line[4:].strip(), []
-            if kind not in ("code", "code raises-exception", "md tr", "md en") and not kind.startswith("exercise "):
-                raise SourceError(f"{path.name}:{number}: unknown block {line!r}")
+            kind, start, lines = line[4:].strip(), number, []
+            if kind not in KINDS[:4] and not (kind.startswith("exercise ") and kind[9:].strip()):
+                raise SourceError(f"{where}:{number}: {line.strip()!r} is not a cell kind "
+                                  f"(use {', '.join(KINDS)})")
         elif kind is None and line.strip():
-            raise SourceError(f"{path.name}:{number}: text before the first '=== ' line would be lost: "
+            raise SourceError(f"{where}:{number}: text before the first '=== ' line would be lost: "
                               f"{line.strip()[:60]!r}; start the file with a block line such as '=== md tr'")
         else:
             lines.append(line)
     flush()
-    unpaired = [c for c in cells if c[0] == "md" and set(c[1]) != {"tr", "en"}]
-    if unpaired:
-        raise SourceError(f"{path.name}: a '=== md tr' block has no '=== md en' block")
-    return cells
+    for cell_kind, content in cells:
+        if cell_kind == "md" and "en" not in content:
+            raise SourceError(f"{where}:{content['line']}: this '=== md tr' block has no '=== md en' block "
+                              f"after it (every Turkish text is followed by its English)")
+    if not cells:
+        raise SourceError(f"{where}: no cells (the file is empty or holds only blank lines); "
+                          f"a source needs at least one '=== ' block, e.g. '=== md tr'")
+    return [(k, {"tr": c["tr"], "en": c["en"]}) if k == "md" else (k, c) for k, c in cells]
 
 
-def exercise(path: Path, name: str):
+def exercise(path: Path, name: str, line: int | None = None):
     """The exercise ``name`` of :mod:`ddp_tutorial.exercises` (a clear error when there is none)."""
     from ddp_tutorial import exercises
     if name not in exercises.BY_NAME:
-        raise SourceError(f"{path.name}: '=== exercise {name}': ddp_tutorial.exercises has no such exercise "
-                          f"(it has {', '.join(exercises.BY_NAME)})")
+        raise SourceError(f"{shown(path)}{'' if line is None else f':{line}'}: '=== exercise {name}': "
+                          f"ddp_tutorial.exercises has no such exercise (it has {', '.join(exercises.BY_NAME)})")
     return exercises.get(name)
 
 
-BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
-
-
 def localize(code: str, lang: str) -> str:
-    """The code of a cell in one language: ``⟪tr‖en⟫`` → its ``lang`` part."""
-    code = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), code)
-    if "⟪" in code or "⟫" in code or "‖" in code:
-        raise SourceError(f"an unbalanced ⟪…‖…⟫ in a code cell:\n{code}")
-    return code
+    """The code of a cell in one language: ``⟪tr‖en⟫`` → its ``lang`` part (the package's
+    :func:`ddp_tutorial.i18n.localize_code`, which the exercises' solutions use too)."""
+    from ddp_tutorial.i18n import localize_code
+    try:
+        return localize_code(code, lang)
+    except ValueError as error:
+        raise SourceError(str(error)) from None
 
 
 def build(path: Path, lang: str) -> nbformat.NotebookNode:
@@ -166,7 +215,7 @@ def fill_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         first = cell.source.split("\n", 1)[0] if cell.cell_type == "code" else ""
         if first.startswith("# EXERCISE "):
             name = first[len("# EXERCISE "):].strip()
-            cell.source = f"# EXERCISE {name} (solution)\n" + exercises.get(name).code.strip()
+            cell.source = f"# EXERCISE {name} (solution)\n" + exercises.get(name).solution_code(nb.metadata["language"])
     nb.metadata["ddp_tutorial"]["solutions"] = True
     return nb
 
@@ -274,13 +323,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.confirm_translations:
         import runpy
-        runpy.run_path(str(HERE.parent / "scripts" / "translations.py"))["confirm"]()
+        try:  # the sources are read through this file's parse, loaded again: catch by the base class
+            runpy.run_path(str(HERE.parent / "scripts" / "translations.py"))["confirm"]()
+        except ValueError as error:
+            print(f"{error} (nothing written)", file=sys.stderr)
+            return 2
         print("wrote translations.lock.json")
         return 0
     try:
         return _main(args, parser, argv)
     except SourceError as error:
-        print(f"notebooks/build.py: {error}\nnothing written", file=sys.stderr)
+        print(f"{error} (nothing written)", file=sys.stderr)
         return 2
 
 

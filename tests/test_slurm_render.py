@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -149,7 +150,7 @@ QUOTED = {
     "venv": lambda v: dict(venv=v),
     "conda": lambda v: dict(conda=v, conda_env=v),
     "env value": lambda v: dict(env=(("DDP_NOTE", v),)),
-    "train_args": lambda v: dict(train_args=("--note", v)),
+    "train_args": lambda v: dict(train_args=("--root", v)),
 }
 # Fields written on #SBATCH lines (read by sbatch without a shell) or as module names: strict.
 STRICT = {
@@ -186,7 +187,7 @@ def test_metacharacters_are_quoted_or_rejected_never_executed(template, field, t
         if field == "root":
             assert argv[argv.index("--root") + 1] == value  # arrives exactly as given
         if field == "train_args":
-            assert argv[argv.index("--note") + 1] == value
+            assert argv[argv.index("--root") + 1] == value
         if field == "python":
             assert value in argv
 
@@ -353,7 +354,7 @@ SPEC_FIELDS = {
     "env value": (lambda v: dict(env=(("DDP_NOTE", v),)), "seed"),
     "dataset": (lambda v: dict(dataset=v), "seed"),
     "root": (lambda v: dict(root=v), "per-gpu"),
-    "train_args": (lambda v: dict(train_args=("--note", v)), "torchrun"),
+    "train_args": (lambda v: dict(train_args=("--root", v)), "torchrun"),
     "script": (lambda v: dict(script=v), "per-gpu"),
     "script (torchrun)": (lambda v: dict(script=v), "torchrun"),
     "script_args string": (lambda v: dict(script="/t.py", script_args=v), "per-gpu"),
@@ -374,7 +375,8 @@ def _assert_harmless(text: str, canary: Path, tmp_path: Path, what: str) -> list
 
 
 def _assert_clear(error: TutorialError, what: str) -> None:
-    assert error.key.startswith("slurm."), (what, error.key)
+    # slurm_train.*, config.*: the training's own rules for the options after -- (issue 25, A12)
+    assert error.key.startswith(("slurm.", "slurm_train.", "config.")), (what, error.key)
     english, turkish = error.text("en"), error.text("tr")
     assert english and turkish and english != turkish, what
     assert "Traceback" not in english
@@ -419,7 +421,7 @@ CLI_FIELDS = {  # field: the command-line options that carry the value
     "--env name": lambda v: [f"--env={v}=1"],
     "--dataset": lambda v: [f"--dataset={v}"],
     "--root": lambda v: [f"--root={v}"],
-    "train args": lambda v: ["--", "--note", v],
+    "train args": lambda v: ["--", "--root", v],
     "--script-args": lambda v: ["--template", "per-gpu", "--script", "{script}", f"--script-args={v}"],
     "--script": lambda v: ["--template", "torchrun", f"--script={v}"],
 }
@@ -602,3 +604,71 @@ def test_gpu_jobs_check_once_that_this_torch_fits_the_gpus(template, tmp_path):
     if template in slurm.SCRIPT_TEMPLATES:
         own = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2, script="train.py"))
         assert "# ---- GPU check" not in own
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 28: the rendered script's comments are in the user's language; its shell code is not touched
+
+def _code_and_comments(text: str):
+    """(the shell code, line by line without its comments; the comments). A full-line comment is a
+    comment; so is the `# …` after code or after an #SBATCH option (the option itself is code)."""
+    code, comments = [], []
+    for line in text.splitlines():
+        if line.startswith("#!") or not line.strip():
+            code.append(line)
+        elif line.lstrip().startswith("#") and not line.startswith("#SBATCH"):
+            comments.append(line.strip())
+        else:
+            head, sep, tail = line.partition("  # ") if not line.startswith("#SBATCH") else line.partition(" # ")
+            code.append(head.rstrip())
+            if sep:
+                comments.append(tail.strip())
+    code = [line for line in code if line.strip()]
+    return code, comments
+
+
+SECTION = re.compile(r"^# ---- [^/]+ / [^/]+ -+$")  # a section header, bilingual on purpose: "# ---- launch / başlat"
+
+
+def _specs():
+    for template in sorted(slurm.TEMPLATES):
+        yield template, slurm.JobSpec(template=template, nodes=2, nproc_per_node=2)
+        yield template, slurm.JobSpec(template=template, nodes=2, gpus_per_node=3, cpus_per_process=4,
+                                      signal_seconds=90, requeue=True, venv="/opt/venv")
+        if template in slurm.SCRIPT_TEMPLATES:
+            yield template, slurm.JobSpec(template=template, gpus_per_node=2, script="/home/me/train.py")
+
+
+@pytest.mark.parametrize("kind", ["job", "engines"])
+def test_rendered_comments_follow_the_language_and_the_code_does_not(kind, monkeypatch):
+    """Under DDP_TUTORIAL_LANG=tr every comment of a rendered script is Turkish (none is the English
+    one), under en English; section headers stay bilingual; the shell code is byte-identical."""
+    renders = ([(template, spec) for template, spec in _specs()] if kind == "job"
+               else [("ipengines", slurm.JobSpec(nodes=2, gpus_per_node=2)), ("ipengines", slurm.JobSpec(nodes=2))])
+    for template, spec in renders:
+        text = {}
+        for lang in ("tr", "en"):
+            monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+            text[lang] = slurm.render(spec) if kind == "job" else slurm.render_engines(spec)
+        assert text["tr"] == (slurm.render(spec, lang="tr") if kind == "job" else slurm.render_engines(spec, lang="tr"))
+        (code_tr, comments_tr), (code_en, comments_en) = (_code_and_comments(text[lang]) for lang in ("tr", "en"))
+        assert code_tr == code_en, template
+        english = set(comments_en)
+        left = [c for c in comments_tr if c in english and c != "#" and not SECTION.match(c)]
+        assert not left, f"{template}: English comment lines in the Turkish script: {left}"
+        assert any("ü" in c or "ı" in c or "ş" in c for c in comments_tr), template
+        for lang in ("tr", "en"):
+            assert not any(mark in text[lang] for mark in "⟪‖⟫"), (template, lang)
+        assert "kaynak öğretici" in text["tr"] or template != "seed"
+        assert "seed öğreticisi" not in text["tr"] and "not defteri" not in text["tr"]
+
+
+def test_a_broken_bilingual_comment_is_a_clear_error():
+    from ddp_tutorial.slurm.render import in_language
+
+    assert in_language("a # ⟪bir‖one⟫\n# ⟪iki\n# satır‖two\n# lines⟫", "tr") == "a # bir\n# iki\n# satır"
+    assert in_language("a # ⟪bir‖one⟫", "en") == "a # one"
+    for broken in ("# ⟪bir‖one", "# bir‖one⟫", "# ⟪bir⟫"):
+        with pytest.raises(TutorialError) as caught:
+            in_language(broken, "tr", "x.sbatch")
+        assert caught.value.key == "slurm_script.broken_marker" and "x.sbatch" in str(caught.value)

@@ -176,6 +176,28 @@ def test_root_is_a_file(tmp_path, monkeypatch, src):
     assert done.returncode == 2 and "dizin değil" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_folder_in_place_of_a_staged_file(tmp_path, src):
+    """Issue 25, F06: `data check` said only "missing", the advised prepare then "(Is a directory).
+    A symbolic link pointing to itself?". Both now name the folder in the way and what to do."""
+    root = tmp_path / "root"
+    assert run_cli("data", "prepare", "--dataset", "mnist", "--root", str(root), "--from", str(src)).returncode == 0
+    in_the_way = staging.raw_folder("mnist", root) / "train-labels-idx1-ubyte"
+    in_the_way.unlink()
+    in_the_way.mkdir()
+    for lang, words in (("en", "is a directory (or another non-file), not a file"),
+                        ("tr", "bir dosya değil, bir dizin")):
+        check = run_cli("data", "check", "--dataset", "mnist", "--root", str(root), lang=lang)
+        prepare = run_cli("data", "prepare", "--dataset", "mnist", "--root", str(root), "--from", str(src), lang=lang)
+        for done in (check, prepare):
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert f"{in_the_way} {words}" in done.stderr and f"rm -r {in_the_way}" in done.stderr, done.stderr
+            assert "missing" not in done.stderr and "Is a directory" not in done.stderr, done.stderr
+        assert f"--from {src}" in prepare.stderr  # the command to run again is the one just typed
+    in_the_way.rmdir()  # the advice works
+    assert run_cli("data", "prepare", "--dataset", "mnist", "--root", str(root), "--from", str(src)).returncode == 0
+    assert run_cli("data", "check", "--dataset", "mnist", "--root", str(root)).returncode == 0
+
+
 def test_root_is_a_symlink_loop(tmp_path, monkeypatch, src):
     root = tmp_path / "loop"
     root.symlink_to(root)

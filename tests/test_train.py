@@ -152,3 +152,17 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     run = RunState(TrainConfig(backend=requested, evaluate=False), env)
     run.begin(model, optimizer, torch.device(device), None, 10)
     assert run.result.backend == recorded and run.result.device == device
+
+
+def test_sgd_is_an_option_recorded_and_kept_on_resume(mnist_root, tmp_path):
+    """--optimizer sgd (momentum 0.9) trains, the result says so, and a checkpoint made with one
+    optimizer is not resumed with the other (its state would not fit): a clear message."""
+    from ddp_tutorial.i18n import TutorialError
+    base = dict(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True, checkpoint_dir=str(tmp_path / "c"))
+    sgd = train(TrainConfig(optimizer="sgd", lr=0.05, **base))
+    adam = train(TrainConfig(epochs=1, quiet=True, dataset="mnist", root=str(mnist_root)))
+    assert sgd.optimizer == "sgd" and adam.optimizer == "adam"
+    assert sgd.weights_sha256 != adam.weights_sha256 and sgd.test_accuracy > 80
+    with pytest.raises(TutorialError) as caught:
+        train(TrainConfig(resume=True, **dict(base, epochs=2)))
+    assert "optimizer_kind=sgd" in str(caught.value) and "--optimizer" in str(caught.value)

@@ -58,6 +58,21 @@ def test_a_word_for_a_number_is_named_not_a_python_type():
     assert "decimal_number" not in done.stderr and "float" not in done.stderr
 
 
+def test_a_check_answers_in_words_not_python_booleans(monkeypatch):
+    """The notebooks' check lines print yes_no(…): evet/hayır on the Turkish path, never True/False."""
+    import numpy
+    import torch
+
+    assert (i18n.yes_no(True, "tr"), i18n.yes_no(False, "tr")) == ("evet", "hayır")
+    assert (i18n.yes_no(True, "en"), i18n.yes_no(False, "en")) == ("yes", "no")
+    assert i18n.yes_no(numpy.bool_(True), "tr") == "evet"
+    assert i18n.yes_no(torch.tensor([1.0]).eq(2).all(), "tr") == "hayır"
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")  # the notebook's language, as number() and percent() read it
+    assert i18n.yes_no(set([1]).isdisjoint([2])) == "evet"
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+    assert i18n.yes_no(0) == "no"
+
+
 @pytest.mark.parametrize("payload", [b"not a checkpoint at all", b"PK\x03\x04 truncated"])
 def test_corrupt_checkpoint_reason_is_turkish(tmp_path, payload):
     (tmp_path / "ckpt").mkdir()

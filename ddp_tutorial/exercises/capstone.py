@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
-from ..i18n import TutorialError, number, t
+from ..i18n import TutorialError, language, localize_code, number, t
 from .core import Exercise, NotDone, WrongAnswer, error_report, fail, is_placeholder, raise_if_failed, short_list
 from .on_engines import distributed
 
@@ -106,7 +106,9 @@ def train_ddp(env, root, limit, epochs, batch_size, lr, save="cnn_ddp.pt", num_w
 
     from cnn_single import SmallCNN, accuracy, dataset, load
 
-    # [1] the device rule: a GPU of its own -> cuda:local_rank + nccl (one visible GPU: cuda:0); else CPU + gloo
+    # [1] ⟪aygıt kuralı: kendi GPU'su varsa → cuda:local_rank + nccl (tek GPU görünüyorsa: cuda:0);
+    #     yoksa CPU + gloo‖the device rule: a GPU of its own → cuda:local_rank + nccl (one visible GPU: cuda:0);
+    #     else CPU + gloo⟫
     if torch.cuda.is_available():
         device = torch.device("cuda", env.local_rank if torch.cuda.device_count() > 1 else 0)
         backend = "nccl"
@@ -114,14 +116,19 @@ def train_ddp(env, root, limit, epochs, batch_size, lr, save="cnn_ddp.pt", num_w
     else:
         device, backend = torch.device("cpu"), "gloo"
     created = not dist.is_initialized()
-    if created:                                   # torchrun: the env:// variables; ipp.run: already there
+    # ⟪torchrun: env:// değişkenleri; ipp.run: grup zaten kurulu‖torchrun: the env:// variables; ipp.run: already there⟫
+    if created:
         dist.init_process_group(backend)
     try:
-        train_set = dataset(root, True, limit)    # items: (image, label, index)
-        # [2] my share of the samples: the same shuffle on every rank (seed), a new one every epoch
+        train_set = dataset(root, True, limit)    # ⟪öğeler: (görüntü, etiket, indis)‖items: (image, label, index)⟫
+        # [2] ⟪örneklerden benim payım: her rank'te aynı karıştırma (seed),
+        #     her epoch'ta yeni bir karıştırma‖my share of the samples: the same shuffle on every rank (seed),
+        #     a new one every epoch⟫
         sampler = DistributedSampler(train_set, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=0)
         loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, num_workers=num_workers)
-        # [3] the same initial weights on every rank, wrapped; the optimizer over what is trained
+        # [3] ⟪her rank'te aynı başlangıç ağırlıkları, DDP ile sarmalanmış;
+        #     optimizer eğitilen modelin üzerinde‖the same initial weights on every rank, wrapped;
+        #     the optimizer over what is trained⟫
         torch.manual_seed(0)
         model = SmallCNN().to(device)
         ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -133,19 +140,22 @@ def train_ddp(env, root, limit, epochs, batch_size, lr, save="cnn_ddp.pt", num_w
                 optimizer.zero_grad()
                 outputs = ddp_model(images.to(device))
                 loss = torch.nn.functional.cross_entropy(outputs, labels.to(device))
-                loss.backward()                   # DDP averages the gradients of all ranks here
+                # ⟪DDP burada tüm rank'lerin gradyan ortalamasını alır‖DDP averages all ranks' gradients here⟫
+                loss.backward()
                 optimizer.step()
                 batches.append(indices)
         result = {"rank": env.rank, "batches": batches, "loss": loss.item(),
                   "weights": torch.cat([p.detach().flatten().cpu() for p in model.parameters()])}
-        # [4] test and save on rank 0 only, through the model itself (accuracy() uses no_grad)
+        # [4] ⟪test ve kayıt yalnızca 0 numaralı rank'te, modelin kendisiyle
+        #     (accuracy() no_grad kullanır)‖test and save on rank 0 only, through the model itself
+        #     (accuracy() uses no_grad)⟫
         if env.rank == 0:
             test_images, test_labels = load(root, False, limit)
             result["accuracy"] = accuracy(model, test_images.to(device), test_labels.to(device))
             torch.save(model.state_dict(), save)
         return result
     finally:
-        # [5] close the group this function created
+        # [5] ⟪bu fonksiyonun kurduğu grup kapatılır‖close the group this function created⟫
         if created:
             dist.destroy_process_group()
 '''
@@ -192,7 +202,7 @@ def train_function(answer):
         return answer
     print(t("ex.train_ddp.using_solution"))
     filename = "<ddp_tutorial: train_ddp solution>"
-    source = TRAIN_DDP_CODE.strip() + "\n"
+    source = localize_code(TRAIN_DDP_CODE.strip(), language()) + "\n"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"__name__": "__main__"}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the package's own solution

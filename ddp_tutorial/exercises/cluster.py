@@ -7,7 +7,8 @@ import math
 import re
 
 from ..i18n import TutorialError, number, t
-from .core import AttendeeError, Exercise, NotDone, WrongAnswer, call, call_for, fail
+from .core import AttendeeError, AttendeeStopped, Exercise, NotDone, WrongAnswer, call, call_for, fail, fail_type
+from .guard import as_int, as_int_list, as_number, shown
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,34 +97,39 @@ import re
 from ddp_tutorial.exercises import SEED_SBATCH
 
 fixed_sbatch = (SEED_SBATCH
-                .replace("#SBACTH", "#SBATCH")           # 1. the typo: sbatch skipped the line
-                .replace("01_distributed.p\n", "01_distributed.py\n")   # 2. the real file
-                .replace("<account>", "my-account")      # 3. your project and partition
+                # ⟪1. yazım hatası: sbatch bu satırı atlıyordu‖1. the typo: sbatch skipped the line⟫
+                .replace("#SBACTH", "#SBATCH")
+                .replace("01_distributed.p\n", "01_distributed.py\n")   # ⟪2. gerçek dosya‖2. the real file⟫
+                # ⟪3. hesabınız ve kuyruğunuz (partition)‖3. your project and partition⟫
+                .replace("<account>", "my-account")
                 .replace("<partition>", "palamut-cuda")
                 .replace("<conda_env>", "ddp"))
-fixed_sbatch = re.sub(r"MASTER_PORT=\d+",                # 4. a port per job, not 12900
-                      "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", fixed_sbatch)
+# ⟪4. her işe kendi portu, 12900 değil‖4. a port per job, not 12900⟫
+fixed_sbatch = re.sub(r"MASTER_PORT=\d+", "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", fixed_sbatch)
 '''
 
 
 def _grade_master_addr(fn):
     from ..hostlist import first_host
     for nodes in ("gpu[01-03,07],cpu5", "node007", "palamut[3-4]", "r[2-3]n[1-2]", "akya[09-11],barbun1"):
-        got = call_for(f"SLURM_JOB_NODELIST='{nodes}'", fn, nodes)
         want = first_host(nodes)
+        got = call_for(f"SLURM_JOB_NODELIST='{nodes}'", fn, nodes)
+        if type(got) is not str:
+            fail_type(got, t("ex.want_str"))
         if got != want:
-            fail("ex.master_addr.wrong", nodes=nodes, got=repr(got), want=want)
+            fail("ex.master_addr.wrong", nodes=nodes, got=shown(got), want=want)
     return {}
 
 
 MASTER_ADDR_CODE = r'''
 def master_addr(nodelist):
     import re
-    # the first element: up to the first comma outside [...]
+    # ⟪ilk öğe: [...] dışındaki ilk virgüle kadar‖the first element: up to the first comma outside [...]⟫
     first = re.match(r"(?:[^,\[]|\[[^\]]*\])*", nodelist).group(0)
-    # every [...] group → its first number, zero padding kept: gpu[01-03] → gpu01
-    lowest = lambda group: re.split(r"[-,]", group.group(1))[0]  # noqa: E731
-    return re.sub(r"\[([^\]]*)\]", lowest, first)
+    # ⟪her [...] grubu → ilk sayısı, baştaki sıfırlar korunur‖every [...] group → its first number, zero padding kept⟫
+    # ⟪örnek: gpu[01-03] → gpu01‖example: gpu[01-03] → gpu01⟫
+    first_number = lambda group: re.split(r"[-,]", group.group(1))[0]  # noqa: E731
+    return re.sub(r"\[([^\]]*)\]", first_number, first)
 '''
 
 
@@ -166,14 +172,16 @@ def _grade_who_am_i(fn):
         if want is None:
             try:
                 got = call(fn, dict(environ))
+            except AttendeeStopped:
+                raise  # stopped is not refused
             except AttendeeError:
                 continue
-            fail("ex.who_am_i.half", case=case, got=repr(got)[:60])
-        got = call_for(case, fn, dict(environ))
-        try:
-            got = tuple(int(value) for value in got)
-        except (TypeError, ValueError):
-            fail("ex.who_am_i.type", got=repr(got)[:60])
+            fail("ex.who_am_i.half", case=case, got=shown(got))
+        returned = call_for(case, fn, dict(environ))
+        got = as_int_list(returned)
+        if got is None or len(got) != 3:
+            fail("ex.who_am_i.type", got=shown(returned))
+        got = tuple(got)
         if got == want:
             continue
         slurm = tuple(int(environ[name]) for name in _SLURM) if all(n in environ for n in _SLURM) else None
@@ -187,13 +195,14 @@ WHO_AM_I_CODE = '''
 def who_am_i(environ):
     torchrun = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
     slurm = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
-    for names in (torchrun, slurm):            # torchrun first: under srun + torchrun both are set
+    # ⟪önce torchrun: srun + torchrun altında ikisi de ayarlıdır‖torchrun first: under srun + torchrun both are set⟫
+    for names in (torchrun, slurm):
         present = [name for name in names if environ.get(name, "") != ""]
-        if present and len(present) < len(names):
-            raise ValueError(f"half-set launcher environment: {present} without the rest of {names}")
+        if present and len(present) < len(names):  # ⟪yarım ayarlı bir takım hatadır‖a half-set group is an error⟫
+            raise ValueError(f"{present} ⊊ {names}")
         if present:
             return tuple(int(environ[name]) for name in names)
-    return 0, 0, 1                             # no launcher: one process
+    return 0, 0, 1                             # ⟪başlatıcı yok: tek süreç‖no launcher: one process⟫
 '''
 
 
@@ -259,11 +268,10 @@ LOGS = ((3, 2, 4, 2, True), (1, 0, 4, 2, False), (4, 0, 6, 3, True))
 
 def _grade_dead_rank(fn):
     for number_, (dead, survivor, world, per_node, killed) in enumerate(LOGS, start=1):
-        got = call(fn, failed_log(dead, survivor, world, per_node, killed))
-        try:
-            got = int(got)
-        except (TypeError, ValueError):
-            fail("ex.dead_rank.type", log=number_, got=repr(got)[:60])
+        returned = call(fn, failed_log(dead, survivor, world, per_node, killed))
+        got = as_int(returned)
+        if got is None:
+            fail("ex.dead_rank.type", log=number_, got=shown(returned))
         if got == dead:
             continue
         if got == survivor or got in range(world):
@@ -275,39 +283,49 @@ def _grade_dead_rank(fn):
 DEAD_RANK_CODE = '''
 def dead_rank(log):
     import re
-    # torchrun's summary names the first failure
+    # ⟪torchrun'ın özeti ilk hatayı adlandırır‖torchrun's summary names the first failure⟫
     root_cause = log.split("Root Cause (first observed failure):")[1]
     return int(re.search(r"rank\\s*:\\s*(\\d+)", root_cause).group(1))
 '''
 
 
 # ----------------------------------------------------------------------------------------------
-# 06 · the learning rate for N ranks: SGD and Adam
+# 06 · the learning rate for a bigger global batch: the rules behind --scale-lr (which one wins is measured)
+
+RULES = ("none", "linear", "sqrt")
+
 
 def _grade_lr(fn):
-    for base, world, optimizer in ((0.1, 6, "sgd"), (0.001, 6, "adam"), (0.05, 4, "sgd"), (0.002, 4, "adam"),
-                                   (0.1, 1, "sgd"), (0.001, 1, "adam")):
-        got = call(fn, base, world, optimizer)
-        want = base * world if optimizer == "sgd" else base * math.sqrt(world)
-        try:
-            ok = abs(float(got) - want) <= 1e-9 + 1e-6 * want
-        except (TypeError, ValueError):
-            fail("ex.lr_for.type", got=repr(got)[:60])
-        if ok:
-            continue
-        if optimizer == "adam" and abs(float(got) - base * world) < 1e-9 + 1e-6 * base * world:
-            fail("ex.lr_for.adam_linear", base=number(base), world=world, got=number(float(got)), want=number(want))
-        fail("ex.lr_for.wrong", base=number(base), world=world, optimizer=optimizer, got=number(float(got)),
-             want=number(want))
-    return {"sgd": number(0.6), "adam": number(0.001 * math.sqrt(6), decimals=5)}
+    for base, base_batch, global_batch in ((0.001, 128, 768), (0.1, 128, 512), (0.002, 64, 64), (0.05, 32, 96)):
+        k = global_batch / base_batch
+        for rule in RULES:
+            want = base * {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[rule]
+            returned = call(fn, base, base_batch, global_batch, rule)
+            got = as_number(returned)
+            if got is None:
+                fail("ex.lr_for.type", got=shown(returned))
+            if abs(got - want) <= 1e-9 + 1e-6 * want:
+                continue
+            fields = dict(rule=rule, base=number(base), base_batch=base_batch, global_batch=global_batch,
+                          got=number(got, decimals=6), want=number(want, decimals=6))
+            if rule == "sqrt" and abs(got - math.sqrt(base * k)) <= 1e-9 + 1e-6 * math.sqrt(base * k):
+                fail("ex.lr_for.sqrt_of_lr", **fields)
+            if rule != "none" and k != 1 and abs(got - base * (global_batch if rule == "linear"
+                                                            else math.sqrt(global_batch))) <= 1e-9:
+                fail("ex.lr_for.batch_not_ratio", **fields)
+            fail("ex.lr_for.wrong", **fields)
+    return {"none": number(0.001), "linear": number(0.006), "sqrt": number(0.001 * math.sqrt(6), decimals=5)}
 
 
 LR_CODE = '''
-def lr_for(base_lr, world_size, optimizer):
+def lr_for(base_lr, base_batch, global_batch, rule):
     import math
-    if optimizer == "sgd":
-        return base_lr * world_size                       # linear scaling rule (Goyal et al., 2017)
-    return base_lr * math.sqrt(world_size)                # Adam: square-root rule (Malladi et al.)
+    k = global_batch / base_batch  # ⟪küresel parti kaç kat büyüdü‖how many times the global batch grew⟫
+    if rule == "linear":
+        return base_lr * k  # ⟪doğrusal kural (Goyal ve ark., 2017)‖linear rule (Goyal et al., 2017)⟫
+    if rule == "sqrt":
+        return base_lr * math.sqrt(k)  # ⟪karekök kuralı (Malladi ve ark., 2022)‖square-root rule (Malladi et al.)⟫
+    return base_lr  # ⟪"none": lr olduğu gibi‖"none": the lr as it was⟫
 '''
 
 
@@ -330,20 +348,18 @@ EXERCISES = (
                     "        return int(environ['SLURM_PROCID']), int(environ['SLURM_LOCALID']), "
                     "int(environ['SLURM_NTASKS'])\n    if 'RANK' in environ:\n"
                     "        return int(environ['RANK']), int(environ['LOCAL_RANK']), int(environ['WORLD_SIZE'])\n"
-                    "    return 0, 0, 1", "ex.who_am_i.slurm_first"),
-        doc="(rank, local_rank, world_size) from the launcher's variables in `environ`."),
+                    "    return 0, 0, 1", "ex.who_am_i.slurm_first")),
     Exercise(
         "master_addr", "05", _grade_master_addr, MASTER_ADDR_CODE,
-        WrongAnswer("def master_addr(nodelist):\n    return nodelist.split(',')[0]", "ex.master_addr.wrong"),
-        doc="The first host of a SLURM host list such as 'gpu[01-03,07],cpu5'."),
+        WrongAnswer("def master_addr(nodelist):\n    return nodelist.split(',')[0]", "ex.master_addr.wrong")),
     Exercise(
         "dead_rank", "05", _grade_dead_rank, DEAD_RANK_CODE,
         WrongAnswer("def dead_rank(log):\n    import re\n"
-                    "    return int(re.search(r'\\brank\\s*:\\s*(\\d+)', log).group(1))", "ex.dead_rank.survivor"),
-        doc="The rank that died first in this failed job's log (an int)."),
+                    "    return int(re.search(r'\\brank\\s*:\\s*(\\d+)', log).group(1))", "ex.dead_rank.survivor")),
     Exercise(
         "lr_for", "06", _grade_lr, LR_CODE,
-        WrongAnswer("def lr_for(base_lr, world_size, optimizer):\n    return base_lr * world_size",
-                    "ex.lr_for.adam_linear"),
-        doc='The learning rate to start from at `world_size` ranks (optimizer: "sgd" or "adam").'),
+        WrongAnswer("def lr_for(base_lr, base_batch, global_batch, rule):\n    import math\n"
+                    "    k = global_batch / base_batch\n"
+                    "    return {'none': base_lr, 'linear': base_lr * k, 'sqrt': math.sqrt(base_lr * k)}[rule]",
+                    "ex.lr_for.sqrt_of_lr")),
 )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from ..i18n import number, t
-from .core import Exercise, WrongAnswer, call, fail, short_list
+from .core import Exercise, WrongAnswer, call, expect_int, fail, short_list
+from .guard import as_int, as_int_list, shown
 
 
 # ----------------------------------------------------------------------------------------------
@@ -14,8 +15,8 @@ from .core import Exercise, WrongAnswer, call, fail, short_list
 
 def _grade_global_rank(fn):
     for node_rank, local_rank, per_node in ((0, 0, 3), (0, 2, 3), (1, 0, 3), (1, 2, 3), (2, 1, 4)):
-        got = call(fn, node_rank, local_rank, per_node)
         want = local_rank + node_rank * per_node
+        got = expect_int(call(fn, node_rank, local_rank, per_node))
         if got != want:
             fail("ex.global_rank.wrong", node=node_rank, local=local_rank, per_node=per_node, got=got, want=want)
     return {"world": 6}
@@ -30,8 +31,8 @@ def global_rank(node_rank, local_rank, gpus_per_node):
 def _grade_mlp_parameters(fn):
     from ..model import DeepNeuralNetwork, count_parameters
     for layers, features, hidden, classes in ((2, 10, 5, 3), (3, 20, 7, 4), (4, 784, 128, 10)):
-        got = call(fn, layers, features, hidden, classes)
         want = count_parameters(DeepNeuralNetwork(layers, features, hidden, classes))
+        got = expect_int(call(fn, layers, features, hidden, classes))
         if got != want:
             weights_only = features * hidden + (layers - 2) * hidden * hidden + hidden * classes
             key = "ex.mlp_parameters.biases" if got == weights_only else "ex.mlp_parameters.wrong"
@@ -41,7 +42,8 @@ def _grade_mlp_parameters(fn):
 
 MLP_PARAMETERS_CODE = '''
 def mlp_parameters(num_layers, input_features, hidden, classes):
-    first = input_features * hidden + hidden             # weights + biases of the input layer
+    # ⟪girdi katmanının ağırlıkları + bias'ları‖weights + biases of the input layer⟫
+    first = input_features * hidden + hidden
     middle = (num_layers - 2) * (hidden * hidden + hidden)
     last = hidden * classes + classes
     return first + middle + last
@@ -59,12 +61,11 @@ def _sampler_share(num_samples, world_size, rank, seed, epoch):
 def _grade_shard(fn):
     for n, world, seed, epoch in ((10, 3, 0, 0), (11, 4, 1, 2), (8, 4, 0, 1), (5, 3, 7, 0)):
         for rank in range(world):
-            got = call(fn, n, world, rank, seed, epoch)
-            want = _sampler_share(n, world, rank, seed, epoch)
-            try:
-                got = [int(i) for i in got]
-            except (TypeError, ValueError):
-                fail("ex.shard_indices.type", got=repr(got)[:60])
+            want = _sampler_share(n, world, rank, seed, epoch)  # before the attendee's code runs
+            returned = call(fn, n, world, rank, seed, epoch)
+            got = as_int_list(returned)
+            if got is None:
+                fail("ex.shard_indices.type", got=shown(returned))
             if got == want:
                 continue
             if len(got) != len(want):
@@ -83,26 +84,27 @@ def shard_indices(num_samples, world_size, rank, seed, epoch):
     import math
     import torch
     generator = torch.Generator()
-    generator.manual_seed(seed + epoch)                   # every rank: the same shuffle
+    generator.manual_seed(seed + epoch)  # ⟪her rank'te aynı karıştırma‖every rank: the same shuffle⟫
     order = torch.randperm(num_samples, generator=generator).tolist()
     total = math.ceil(num_samples / world_size) * world_size
-    order += order[: total - num_samples]                 # padding: repeat from the start
-    return order[rank:total:world_size]                   # every world_size-th from rank
+    order += order[: total - num_samples]  # ⟪dolgu: listenin başından tekrar‖padding: repeat from the start⟫
+    # ⟪rank konumundan başlayarak her world_size'ıncı öğe‖every world_size-th from rank⟫
+    return order[rank:total:world_size]
 '''
 
 
 def _grade_padding(answer):
-    if not isinstance(answer, dict) or set(answer) != {"per_rank", "repeated"}:
-        fail("ex.padding_answer.type", got=repr(answer)[:80])
+    if type(answer) is not dict or set(answer) != {"per_rank", "repeated"}:
+        fail("ex.padding_answer.type", got=shown(answer, 80))
     shares = [_sampler_share_unshuffled(11, 4, rank) for rank in range(4)]
     flat = sum(shares, [])
     per_rank, repeated = len(shares[0]), sorted({i for i in flat if flat.count(i) > 1})
-    if answer["per_rank"] != per_rank:
-        fail("ex.padding_answer.per_rank", got=answer["per_rank"])
-    try:
-        got = sorted(int(i) for i in answer["repeated"])
-    except (TypeError, ValueError):
-        fail("ex.padding_answer.type", got=repr(answer)[:80])
+    if as_int(answer["per_rank"]) != per_rank:
+        fail("ex.padding_answer.per_rank", got=shown(answer["per_rank"]))
+    got = as_int_list(answer["repeated"])
+    if got is None:
+        fail("ex.padding_answer.type", got=shown(answer, 80))
+    got = sorted(got)
     if got != repeated:
         fail("ex.padding_answer.repeated", got=got, per_rank=per_rank, total=per_rank * 4)
     return {"shares": "; ".join(f"rank {rank}: {share}" for rank, share in enumerate(shares))}
@@ -114,7 +116,9 @@ def _sampler_share_unshuffled(num_samples, world_size, rank):
 
 
 PADDING_CODE = '''
-padding_answer = {"per_rank": 3, "repeated": [0]}   # ceil(11 / 4) = 3 each; 12 − 11 = 1 padded: index 0 again
+# ⟪rank başına ceil(11 / 4) = 3 indis‖ceil(11 / 4) = 3 each⟫
+# ⟪12 − 11 = 1 dolgu indisi: 0 indisi bir kez daha‖12 − 11 = 1 padded: index 0 again⟫
+padding_answer = {"per_rank": 3, "repeated": [0]}
 '''
 
 
@@ -125,8 +129,8 @@ def _padding_stub(lang=None):
 
 def _grade_steps(fn):
     for n, world, batch in ((60_000, 1, 128), (60_000, 6, 128), (60_000, 7, 128), (10, 3, 2), (11, 4, 3)):
-        got = call(fn, n, world, batch)
         want = math.ceil(math.ceil(n / world) / batch)
+        got = expect_int(call(fn, n, world, batch))
         if got != want:
             fail("ex.steps_per_epoch.wrong", n=number(n), world=world, batch=batch, got=got, want=want)
     return {"steps": 79}
@@ -135,20 +139,20 @@ def _grade_steps(fn):
 STEPS_CODE = '''
 def steps_per_epoch(num_samples, world_size, batch_size):
     import math
-    per_rank = math.ceil(num_samples / world_size)        # the sampler pads to whole shares
-    return math.ceil(per_rank / batch_size)               # a last, smaller batch is a step too
+    # ⟪örnekleyici payları dolguyla eşitler‖the sampler pads to whole shares⟫
+    per_rank = math.ceil(num_samples / world_size)
+    return math.ceil(per_rank / batch_size)  # ⟪son, küçük parti de bir adımdır‖a last, smaller batch is a step too⟫
 '''
 
 
 def _grade_epoch_orders(fn):
     from ..sampling import make_sampler
     sampler = make_sampler(40, 2, 1, seed=0)
-    got = call(fn, sampler, 3)
     want = [_sampler_share(40, 2, 1, 0, epoch) for epoch in range(3)]
-    try:
-        got = [[int(i) for i in order] for order in got]
-    except (TypeError, ValueError):
-        fail("ex.epoch_orders.type", got=repr(got)[:60])
+    returned = call(fn, sampler, 3)
+    got = [as_int_list(order) for order in returned] if type(returned) in (list, tuple) else [None]
+    if any(order is None for order in got):
+        fail("ex.epoch_orders.type", got=shown(returned))
     if len(got) != 3:
         fail("ex.epoch_orders.count", got=len(got))
     for epoch in range(1, 3):
@@ -164,7 +168,7 @@ EPOCH_ORDERS_CODE = '''
 def epoch_orders(sampler, epochs):
     orders = []
     for epoch in range(epochs):
-        sampler.set_epoch(epoch)                          # the fix: a new shuffle every epoch
+        sampler.set_epoch(epoch)  # ⟪düzeltme: her epoch'ta yeni bir karıştırma‖the fix: a new shuffle every epoch⟫
         orders.append(list(iter(sampler)))
     return orders
 '''
@@ -174,13 +178,11 @@ EXERCISES = (
     Exercise(
         "global_rank", "01", _grade_global_rank, GLOBAL_RANK_CODE,
         WrongAnswer("def global_rank(node_rank, local_rank, gpus_per_node):\n    return node_rank + local_rank",
-                    "ex.global_rank.wrong"),
-        doc="The global rank of the process with local rank `local_rank` on node `node_rank`."),
+                    "ex.global_rank.wrong")),
     Exercise(
         "mlp_parameters", "01", _grade_mlp_parameters, MLP_PARAMETERS_CODE,
         WrongAnswer("def mlp_parameters(num_layers, input_features, hidden, classes):\n    return input_features "
-                    "* hidden + (num_layers - 2) * hidden * hidden + hidden * classes", "ex.mlp_parameters.biases"),
-        doc="The number of parameters of DeepNeuralNetwork with these four sizes."),
+                    "* hidden + (num_layers - 2) * hidden * hidden + hidden * classes", "ex.mlp_parameters.biases")),
     Exercise(
         "padding_answer", "02", _grade_padding, PADDING_CODE,
         WrongAnswer('padding_answer = {"per_rank": 2, "repeated": []}', "ex.padding_answer.per_rank"),
@@ -190,16 +192,13 @@ EXERCISES = (
         WrongAnswer("def shard_indices(num_samples, world_size, rank, seed, epoch):\n    import torch\n"
                     "    g = torch.Generator(); g.manual_seed(seed + epoch)\n"
                     "    return torch.randperm(num_samples, generator=g).tolist()[rank::world_size]",
-                    "ex.shard_indices.length"),
-        doc="Rank `rank`'s indices in epoch `epoch`, exactly as DistributedSampler gives them (a list)."),
+                    "ex.shard_indices.length")),
     Exercise(
         "steps_per_epoch", "02", _grade_steps, STEPS_CODE,
         WrongAnswer("def steps_per_epoch(num_samples, world_size, batch_size):\n"
-                    "    return num_samples // world_size // batch_size", "ex.steps_per_epoch.wrong"),
-        doc="The optimizer steps one rank takes per epoch."),
+                    "    return num_samples // world_size // batch_size", "ex.steps_per_epoch.wrong")),
     Exercise(
         "epoch_orders", "02", _grade_epoch_orders, EPOCH_ORDERS_CODE,
         WrongAnswer("def epoch_orders(sampler, epochs):\n    return [list(iter(sampler)) for epoch in range(epochs)]",
-                    "ex.epoch_orders.repeat"),
-        doc="The indices this rank sees in each of `epochs` epochs: a list of lists, one per epoch."),
+                    "ex.epoch_orders.repeat")),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..i18n import number
 from .core import Exercise, WrongAnswer, error_report, fail, raise_if_failed
+from .guard import as_number, shown
 from .watch import Watch
 
 
@@ -18,11 +19,14 @@ ENGINES = 2  # the distributed exercises run at world size 2 (DDP's division by 
 # 03 · all_reduce by hand, on live engines
 
 def distributed(worker, fn, *args, timeout: float = 180.0):
-    """Run ``worker(env, fn, *args)`` on the engines (kept when they were already running); an answer
-    that replaced one of torch's functions there is told so (and torch is put back, see :func:`_guarded`)."""
+    """Run ``worker(env, fn, *args)`` on the engines; an answer that replaced one of torch's functions
+    there is told so (and torch is put back, see :func:`_guarded`).
+
+    The engines are kept for the next check (started by the first one when none were running): a check
+    after the first costs a few seconds, not an engine start (issue 26). They end with ``ipp.stop()``,
+    with the kernel, or when a check fails inside a collective (the runner stops them then)."""
     from .. import ipp
-    keep = ipp.current() is not None
-    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=keep, timeout=timeout, pg_timeout=30.0)
+    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=True, timeout=timeout, pg_timeout=30.0)
     for rank, (_, replaced) in enumerate(results):
         if replaced:
             fail("ex.torch_replaced", names=", ".join(replaced), rank=rank)
@@ -134,7 +138,7 @@ def _close(a, b, tolerance=1e-6):
 MEAN_CODE = '''
 def mean_over_ranks(tensor):
     import torch.distributed as dist
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)         # every rank now holds the sum
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # ⟪artık her rank toplamı tutuyor‖every rank now holds the sum⟫
     return tensor / dist.get_world_size()
 '''
 
@@ -252,12 +256,12 @@ TRAIN_CODE = '''
 def train_ddp_steps(model, batches, lr):
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
-    ddp_model = DDP(model)                                # CPU/gloo: no device_ids
+    ddp_model = DDP(model)                                # ⟪CPU/gloo: device_ids verilmez‖CPU/gloo: no device_ids⟫
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=lr)
     for images, labels in batches:
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(ddp_model(images), labels)
-        loss.backward()                                   # DDP averages the gradients here
+        loss.backward()  # ⟪DDP gradyanların ortalamasını burada alır‖DDP averages the gradients here⟫
         optimizer.step()
     return ddp_model
 '''
@@ -280,10 +284,8 @@ def _on_engine_eval(env, fn):
         got = fn(ddp, images, labels, env.rank)
     except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
         return {"attendee_error": error_report(error, fn)}
-    try:
-        got = None if got is None else float(got)
-    except (TypeError, ValueError):
-        got = repr(got)[:60]
+    number = as_number(got)  # strict: a str or a tensor of several values is not an accuracy
+    got = None if got is None else number if number is not None else shown(got)
     return {"got": got, "want": want, "wrapper": seen["wrapper"], "grad": any(seen["grad"]),
             "calls": len(seen["grad"])}
 
@@ -311,9 +313,10 @@ EVAL_CODE = '''
 def evaluate_rank0(ddp_model, images, labels, rank):
     import torch
     if rank != 0:
-        return None                                       # only rank 0 tests
-    with torch.no_grad():                                 # no graph, no gradients
-        predictions = ddp_model.module(images).argmax(dim=1)   # .module: the model, not the wrapper
+        return None                                       # ⟪yalnızca rank 0 test eder‖only rank 0 tests⟫
+    with torch.no_grad():                                 # ⟪hesap grafiği yok, gradyan yok‖no graph, no gradients⟫
+        # ⟪.module: sarmalayıcı değil, modelin kendisi‖.module: the model, not the wrapper⟫
+        predictions = ddp_model.module(images).argmax(dim=1)
     return (predictions == labels).float().mean().item() * 100
 '''
 
@@ -323,12 +326,12 @@ EXERCISES = (
         "mean_over_ranks", "03", _grade_mean, MEAN_CODE,
         WrongAnswer("def mean_over_ranks(tensor):\n    import torch.distributed as dist\n"
                     "    dist.all_reduce(tensor)\n    return tensor", "ex.mean_over_ranks.sum"),
-        doc="The mean of `tensor` over all ranks (called on every rank).", distributed=True),
+        distributed=True),
     Exercise(
         "average_gradients", "03", _grade_average, AVERAGE_CODE,
         WrongAnswer("def average_gradients(model):\n    import torch.distributed as dist\n"
                     "    for p in model.parameters():\n        dist.all_reduce(p.grad)", "ex.average_gradients.sum"),
-        doc="Replace every parameter's .grad by its mean over the ranks (in place).", distributed=True),
+        distributed=True),
     Exercise(
         "train_ddp_steps", "04", _grade_train, TRAIN_CODE,
         WrongAnswer("def train_ddp_steps(model, batches, lr):\n    import torch\n"
@@ -336,12 +339,12 @@ EXERCISES = (
                     "    for images, labels in batches:\n        optimizer.zero_grad()\n"
                     "        torch.nn.functional.cross_entropy(model(images), labels).backward()\n"
                     "        optimizer.step()\n    return model", "ex.train_ddp_steps.differ"),
-        doc="Wrap `model` in DDP, one SGD step per batch (cross-entropy), return the DDP model.", distributed=True),
+        distributed=True),
     Exercise(
         "evaluate_rank0", "04", _grade_eval, EVAL_CODE,
         WrongAnswer("def evaluate_rank0(ddp_model, images, labels, rank):\n    import torch\n"
                     "    if rank != 0:\n        return None\n    with torch.no_grad():\n"
                     "        return (ddp_model(images).argmax(1) == labels).float().mean().item() * 100",
                     "ex.evaluate_rank0.wrapper"),
-        doc="Rank 0: the accuracy (%) of the wrapped model on (images, labels); other ranks: None.", distributed=True),
+        distributed=True),
 )

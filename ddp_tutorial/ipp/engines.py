@@ -155,6 +155,14 @@ class EngineSet:
         """How the engine of ``rank`` was lost (an exit code, a signal, a job state)."""
         return t("ipp.gone")
 
+    def is_stopped(self, rank: int) -> bool:
+        """Is the engine of ``rank`` stopped (SIGSTOP, Ctrl-Z)? Its peers then wait for it in vain."""
+        import psutil
+        try:
+            return psutil.Process(self.pids[rank]).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
     def ended(self) -> Optional[str]:
         """A failure text when the whole set has ended under us (a SLURM job), else ``None``."""
         return None

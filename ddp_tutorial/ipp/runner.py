@@ -77,9 +77,10 @@ def run_everywhere(engines: es.EngineSet, n: int, make_call: Callable[[int], tup
                         results[rank] = ar.get()
                     except Exception as error:  # noqa: BLE001 - a remote error, reported below
                         text = remote_error_text(error)
-                        # A rank that only lost its peers is a symptom of another rank's failure.
-                        failures.append((2 if classify_failure(text) == "lost_peer" else 1,
-                                         t("ipp.cause_raised", rank=rank, engine=ids[rank], error=text)))
+                        if classify_failure(text) == "lost_peer":  # a symptom of another rank's failure
+                            failures.append((2, t("ipp.cause_lost", rank=rank, engine=ids[rank])))
+                        else:
+                            failures.append((1, t("ipp.cause_raised", rank=rank, engine=ids[rank], error=text)))
             if not engines.controller_alive():
                 failures.append((0, t("ipp.cause_controller", pid=engines.cluster.controller.pid)))
                 break
@@ -104,6 +105,14 @@ def run_everywhere(engines: es.EngineSet, n: int, make_call: Callable[[int], tup
         bar.close()
         stream()
 
+    if failures and pending:  # the ranks that never answered, named before the engines are stopped
+        stopped = [rank for rank in sorted(pending) if engines.is_stopped(rank)]
+        if stopped:  # a stopped engine (SIGSTOP): the cause, whatever its peers did while waiting for it
+            failures += [(-1, t("ipp.cause_silent", rank=rank, engine=ids[rank], pid=pids[rank],
+                                how=t("ipp.silent_stopped"))) for rank in stopped]
+        elif min(order for order, _ in failures) == 2:  # only lost peers reported: the silent ones are the cause
+            failures += [(1, t("ipp.cause_silent", rank=rank, engine=ids[rank], pid=pids[rank],
+                               how=t("ipp.silent_running"))) for rank in sorted(pending)]
     if failures:
         # The engines may be blocked inside a collective: only killing them frees them.
         if es.current() is engines:

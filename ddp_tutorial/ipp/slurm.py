@@ -156,6 +156,9 @@ class SlurmEngines(es.EngineSet):
         except Exception:  # noqa: BLE001 - the client lost the controller
             return False
 
+    def is_stopped(self, rank: int) -> bool:
+        return False  # its pid is on another node: no status seen from here
+
     def describe_loss(self, rank: int) -> str:
         try:
             state = batch.job_info(self.job_id).state

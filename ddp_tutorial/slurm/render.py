@@ -10,6 +10,10 @@ The templates are ordinary sbatch scripts with gaps that :func:`render` fills:
 * ``{{program}}``  — what each process runs: the package's training, or your own script
   (per-gpu and torchrun templates).
 
+The comments come in the user's language (``DDP_TUTORIAL_LANG``; the shell code is the same in both): a
+template writes each comment as ``⟪Türkçe‖English⟫`` (the notebooks' marker, :func:`in_language`), and
+the generated lines take theirs from the ``[slurm_script]`` messages. Section headers stay bilingual.
+
 Every gap is filled in **one pass** over the template: a generated line is never scanned
 again, so a value that looks like a gap stays text (and :func:`~.spec.validate` refuses such
 values anyway). Every user value is shell-quoted exactly once (:func:`shlex.quote`).
@@ -25,12 +29,14 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 from ..atomic import write_text
-from ..i18n import TutorialError
+from ..i18n import TutorialError, language, t
 from .spec import TEMPLATES, JobSpec, validate
 
 #: ipyparallel engines on an allocation, one per GPU (ddp_tutorial.ipp.start_slurm); not a training job.
 ENGINES_TEMPLATE = "ipengines.sbatch"
 GAP = re.compile(r"\{\{([a-z]+)\}\}")
+#: A template's comment in both languages, as in notebooks/src/*.cells: ⟪Türkçe‖English⟫ (may span lines).
+BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
 
 q = shlex.quote  # 'it'"'"'s' — the shell reads the value back exactly, never runs it
 
@@ -46,13 +52,23 @@ def _template_dir() -> Path:
 TEMPLATE_DIR = _template_dir()
 
 
-def template_text(name: str) -> str:
+def template_text(name: str, lang: str | None = None) -> str:
+    """The template ``name`` with its comments in ``lang`` (default: the user's language)."""
     if name not in TEMPLATES and name != "ipengines":
         raise TutorialError("slurm.unknown_template", name=name, choices=", ".join(TEMPLATES))
     path = TEMPLATE_DIR / TEMPLATES.get(name, ENGINES_TEMPLATE)
     if not path.is_file():
         raise TutorialError("slurm.template_missing", path=str(path))
-    return path.read_text()
+    return in_language(path.read_text(encoding="utf-8"), lang or language(), path)
+
+
+def in_language(text: str, lang: str, path: os.PathLike | str = "") -> str:
+    """``⟪Türkçe‖English⟫`` → its ``lang`` part. Only template text comes here, never a user's value
+    (a value is inserted later and stays as given). A stray ⟪, ‖ or ⟫ means a broken template."""
+    text = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), text)
+    if any(mark in text for mark in "⟪‖⟫"):
+        raise TutorialError("slurm_script.broken_marker", path=str(path))
+    return text
 
 
 def fill(text: str, gaps: Dict[str, str], escape: Callable[[str], str] = str,
@@ -80,24 +96,24 @@ def _run_dir(spec: JobSpec) -> str:
     return spec.run_dir.rstrip("/") or "/"
 
 
-def _sbatch_lines(spec: JobSpec) -> List[str]:
+def _sbatch_lines(spec: JobSpec, lang: str) -> List[str]:
     lines = [
-        ("--job-name", spec.job_name, "name shown by squeue"),
-        ("--account", spec.account, "whose allocation pays for the job"),
-        ("--partition", spec.partition, "which group of nodes"),
-        ("--qos", spec.qos, "quality of service"),
-        ("--nodes", spec.nodes, "number of nodes"),
-        ("--ntasks-per-node", spec.tasks_per_node,
-         "SLURM tasks per node: one per GPU" if spec.template == "per-gpu" else "one launcher per node"),
-        ("--gres", f"gpu:{spec.gpus_per_node}" if spec.gpus_per_node else None, "GPUs per node"),
-        ("--cpus-per-task", spec.cpus_per_task, "cores for each task"),
-        ("--time", spec.time, "time limit (the job is stopped after it)"),
-        ("--chdir", spec.workdir, "working directory of the job"),
-        ("--output", f"{_run_dir(spec)}/slurm-%j.out", "log file (%j = job id; stderr goes here too)"),
+        ("--job-name", spec.job_name, t("slurm_script.job_name", lang)),
+        ("--account", spec.account, t("slurm_script.account", lang)),
+        ("--partition", spec.partition, t("slurm_script.partition", lang)),
+        ("--qos", spec.qos, t("slurm_script.qos", lang)),
+        ("--nodes", spec.nodes, t("slurm_script.nodes", lang)),
+        ("--ntasks-per-node", spec.tasks_per_node, t("slurm_script.tasks_per_gpu", lang)
+         if spec.template == "per-gpu" else t("slurm_script.tasks_per_node", lang)),
+        ("--gres", f"gpu:{spec.gpus_per_node}" if spec.gpus_per_node else None, t("slurm_script.gres", lang)),
+        ("--cpus-per-task", spec.cpus_per_task, t("slurm_script.cpus_per_task", lang)),
+        ("--time", spec.time, t("slurm_script.time", lang)),
+        ("--chdir", spec.workdir, t("slurm_script.chdir", lang)),
+        ("--output", f"{_run_dir(spec)}/slurm-%j.out", t("slurm_script.output", lang)),
         ("--signal", f"B:USR1@{spec.signal_seconds}" if spec.signal_seconds else None,
-         "SIGUSR1 to this script that many seconds before the time limit"),
-        ("--requeue", True if spec.requeue else None, "the job may be put back in the queue"),
-        ("--open-mode", "append" if spec.requeue else None, "a requeued run appends to the same log"),
+         t("slurm_script.signal", lang)),
+        ("--requeue", True if spec.requeue else None, t("slurm_script.requeue", lang)),
+        ("--open-mode", "append" if spec.requeue else None, t("slurm_script.open_mode", lang)),
     ]
     out = []
     for option, value, comment in lines:
@@ -115,14 +131,14 @@ def _training_args(spec: JobSpec) -> List[str]:
     return args
 
 
-def _nccl_lines(spec: JobSpec) -> List[str]:
+def _nccl_lines(spec: JobSpec, lang: str) -> List[str]:
     """GPU jobs: NCCL's diagnostics at a quiet level, unless set. TORCH_NCCL_ASYNC_ERROR_HANDLING is
     left to torch: its default (3) tears a process with a failed collective down without the
     communicator abort that can itself hang (pytorch/pytorch#110723)."""
     if not spec.gpus_per_node:
         return []
     return [
-        "# NCCL: WARN is quiet; set NCCL_DEBUG=INFO for a first multi-node run (see slurm/README.md)",
+        "# " + t("slurm_script.nccl", lang),
         'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
     ]
 
@@ -135,16 +151,14 @@ IFNAME_RULE = ("ip -o -4 addr show 2>/dev/null | awk "
                "'a != \"\" && index($4, a \"/\") == 1 {print $2; exit}'")
 
 
-def network_lines() -> List[str]:
+def network_lines(lang: str) -> List[str]:
     """Which network gloo (always) and NCCL (its bootstrap and socket transport) use: one rule for
     both, overridable (``DDP_TUTORIAL_IFNAME`` for both, or ``GLOO_SOCKET_IFNAME`` /
     ``NCCL_SOCKET_IFNAME`` each, e.g. through ``--env``). The name found on the first node is used on
     every node: a partition's nodes are alike. Nothing found (no ``ip``, an unresolvable name):
     nothing is set and gloo/NCCL choose as they would."""
     return [
-        "# Which network gloo and NCCL use for their own connections: the interface holding the address",
-        "# MASTER_ADDR resolves to (here, on the first node) — the network the other nodes reach rank 0 on.",
-        "# Your choice wins: DDP_TUTORIAL_IFNAME for both, or GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME each.",
+        *_comment("slurm_script.network", lang),
         f'IFNAME=${{DDP_TUTORIAL_IFNAME:-$({IFNAME_RULE})}}',
         'if [ -n "$IFNAME" ]; then',
         '    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$IFNAME}"',
@@ -154,7 +168,7 @@ def network_lines() -> List[str]:
     ]
 
 
-def check_lines(spec: JobSpec) -> List[str]:
+def check_lines(spec: JobSpec, lang: str) -> List[str]:
     """GPU jobs that run the package's training: the batch host (a node of the partition) checks once
     whether the torch of ``$PYTHON`` can use its GPUs (``ddp_tutorial.gpu``: driver and kernels) and ends
     the job with the verdict and the command that fixes it, instead of every rank failing on its own.
@@ -163,38 +177,46 @@ def check_lines(spec: JobSpec) -> List[str]:
         return []
     return [
         "# ---- GPU check / GPU denetimi ------------------------------------------------------------",
-        "# Does this torch fit this node's GPUs and driver? One verdict here instead of an error on every rank.",
+        *_comment("slurm_script.check", lang),
         '"$PYTHON" -m ddp_tutorial.gpu || { echo "GPU check failed: see the lines above (docs/truba.md)"; exit 2; }',
     ]
 
 
-def _settings_lines(spec: JobSpec) -> List[str]:
-    per_node = "one per GPU" if spec.gpus_per_node else "CPU processes"
+def _settings_lines(spec: JobSpec, lang: str) -> List[str]:
+    own = spec.script is not None
     pairs = [
-        (f"PYTHON={q(spec.python)}", "the interpreter"),
+        (f"PYTHON={q(spec.python)}", t("slurm_script.python", lang)),
         (f"RUN_DIR={q(_run_dir(spec))}",
-         "the job's log" if spec.script is not None else "logs, results (JSON) and checkpoints"),
-        (f"NPROC_PER_NODE={spec.processes_per_node}", f"processes per node ({per_node})"),
+         t("slurm_script.run_dir_own", lang) if own else t("slurm_script.run_dir", lang)),
+        (f"NPROC_PER_NODE={spec.processes_per_node}",
+         t("slurm_script.nproc_gpu", lang) if spec.gpus_per_node else t("slurm_script.nproc_cpu", lang)),
     ]
-    if spec.script is not None:
-        pairs += [(f"SCRIPT={q(spec.script)}", "your DDP script, run by every process"),
-                  ("SCRIPT_ARGS=(" + " ".join(q(a) for a in spec.script_argv) + ")", "its arguments")]
+    if own:
+        pairs += [(f"SCRIPT={q(spec.script)}", t("slurm_script.script", lang)),
+                  ("SCRIPT_ARGS=(" + " ".join(q(a) for a in spec.script_argv) + ")",
+                   t("slurm_script.script_args", lang))]
     else:
-        pairs.append(("TRAIN_ARGS=(" + " ".join(q(a) for a in _training_args(spec)) + ")", "training options"))
+        pairs.append(("TRAIN_ARGS=(" + " ".join(q(a) for a in _training_args(spec)) + ")",
+                      t("slurm_script.train_args", lang)))
     pairs += [
-        (f"REQUEUE={1 if spec.requeue else 0}", "1: requeue after a checkpoint-and-stop (exit 75)"
-         + (" of your script" if spec.script is not None else "")),
-        (f"export OMP_NUM_THREADS={spec.cpus_per_process}", "threads per process"),
+        (f"REQUEUE={1 if spec.requeue else 0}",
+         t("slurm_script.requeue_own", lang) if own else t("slurm_script.requeue_training", lang)),
+        (f"export OMP_NUM_THREADS={spec.cpus_per_process}", t("slurm_script.threads", lang)),
     ]
     width = max(len(code) for code, _ in pairs if len(code) <= 48)
     lines = [f"{code:<{width}}  # {comment}" if len(code) <= 48 else f"# {comment}\n{code}"
              for code, comment in pairs]
-    lines += _nccl_lines(spec)
+    lines += _nccl_lines(spec, lang)
     lines += [f"export {key}={q(value)}" for key, value in spec.env]
     return lines
 
 
-def _setup_lines(spec: JobSpec) -> List[str]:
+def _comment(key: str, lang: str) -> List[str]:
+    """A message as comment lines: ``# `` before each of its lines."""
+    return ["# " + line for line in t(key, lang).splitlines()]
+
+
+def _setup_lines(spec: JobSpec, lang: str) -> List[str]:
     lines: List[str] = []
     if spec.modules:
         lines.append("module purge")
@@ -205,7 +227,7 @@ def _setup_lines(spec: JobSpec) -> List[str]:
     if spec.venv:
         lines.append(f"source {q(spec.venv.rstrip('/') + '/bin/activate')}")
     if not lines:
-        lines.append("# (nothing to set up: the job uses the environment it was submitted from)")
+        lines += _comment("slurm_script.no_setup", lang)
     return lines
 
 
@@ -227,56 +249,52 @@ PROGRAMS = {
 # What the job says about the run's files, the stop signal and a requeue: the package's training
 # writes RUN_DIR/result-ID.json and checkpoints, and resumes; your own script does what it does
 # (slurm/README.md shows the pattern that makes it checkpoint, exit 75 and resume).
-RUN_NOTES = {
-    False: {
+# The echo texts are shell code: the same in both languages.
+def _run_notes(own: bool, lang: str) -> Dict[str, str]:
+    if own:
+        return {
+            "runfiles": "\n".join(_comment("slurm_script.own_files", lang)),
+            "stopnote": "\n".join(_comment("slurm_script.stop_own", lang)),
+            "stopecho": "passing it on to your script",
+            "finished": "your script",
+            "exitnote": "\n".join(_comment("slurm_script.exit_own", lang)),
+            "requeueecho": "the next run starts your script again",
+        }
+    return {
         "runfiles": "\n".join([
             'RESULT="$RUN_DIR/result-$SLURM_JOB_ID.json"',
             'CHECKPOINTS="$RUN_DIR/checkpoint-$SLURM_JOB_ID"',
             "RESUME=()",
             'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
-            "    RESUME=(--resume)   # a requeued run continues from its checkpoint",
+            "    RESUME=(--resume)   # " + t("slurm_script.resume", lang),
             "fi"]),
-        "stopnote": "# pass it on; the training checkpoints at the next step boundary and exits with code 75.",
+        "stopnote": "\n".join(_comment("slurm_script.stop_training", lang)),
         "stopecho": "asking the training to checkpoint and stop",
         "finished": "training",
-        "exitnote": "\n".join([
-            "# Exit code 75: the training wrote a checkpoint and stopped. After our SIGUSR1 any non-zero code",
-            "# counts the same: torchrun reports its workers' 75 as 1, and a process still starting up when",
-            "# the signal came simply died from it (the requeued run then starts from the last checkpoint)."]),
+        "exitnote": "\n".join(_comment("slurm_script.exit_training", lang)),
         "requeueecho": "the next run resumes from $CHECKPOINTS",
-    },
-    True: {
-        "runfiles": "# (your script writes its own results and checkpoints, if any: RUN_DIR holds the job's log)",
-        "stopnote": "\n".join([
-            "# pass it on to your script. It stops cleanly only if it handles SIGUSR1 itself: save, exit 75",
-            "# (slurm/README.md shows the pattern); otherwise SIGUSR1 ends it."]),
-        "stopecho": "passing it on to your script",
-        "finished": "your script",
-        "exitnote": "\n".join([
-            "# Exit code 75: your script saved its state and stopped (slurm/README.md's pattern). After our",
-            "# SIGUSR1 any non-zero code counts the same (torchrun reports a worker's 75 as 1)."]),
-        "requeueecho": "the next run starts your script again",
-    },
-}
+    }
 
 
-def render(spec: JobSpec) -> str:
-    """The sbatch script for ``spec`` (validated first)."""
+def render(spec: JobSpec, lang: str | None = None) -> str:
+    """The sbatch script for ``spec`` (validated first), its comments in ``lang`` (default: the
+    user's language); the shell code is the same in every language."""
     validate(spec)
-    gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(_settings_lines(spec)),
-            "setup": "\n".join(_setup_lines(spec)), "network": "\n".join(network_lines()),
-            "check": "\n".join(check_lines(spec))}
+    lang = lang or language()
+    gaps = {"sbatch": "\n".join(_sbatch_lines(spec, lang)), "settings": "\n".join(_settings_lines(spec, lang)),
+            "setup": "\n".join(_setup_lines(spec, lang)), "network": "\n".join(network_lines(lang)),
+            "check": "\n".join(check_lines(spec, lang))}
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
-        gaps.update(RUN_NOTES[spec.script is not None])
-    return fill(template_text(spec.template), gaps)
+        gaps.update(_run_notes(spec.script is not None, lang))
+    return fill(template_text(spec.template, lang), gaps)
 
 
 def _double_braces(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}") -> str:
+def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}", lang: str | None = None) -> str:
     """The sbatch script that starts one ipyparallel engine per SLURM task (``slurm/ipengines.sbatch``).
 
     ``spec`` gives the allocation (nodes, GPUs or CPU processes per node, cores, time, account,
@@ -288,12 +306,13 @@ def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}") ->
     """
     spec = replace(spec, template="per-gpu")  # one task per GPU / CPU process, like per-gpu
     validate(spec)
-    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # threads per engine (its training process)"]
-    settings += _nccl_lines(spec)
+    lang = lang or language()
+    settings = [f"export OMP_NUM_THREADS={spec.cpus_per_process}  # " + t("slurm_script.engine_threads", lang)]
+    settings += _nccl_lines(spec, lang)
     settings += [f"export {key}={q(value)}" for key, value in spec.env]
-    gaps = {"sbatch": "\n".join(_sbatch_lines(spec)), "settings": "\n".join(settings),
-            "setup": "\n".join(_setup_lines(spec))}
-    return fill(template_text("ipengines"), gaps, escape=_double_braces, raw={"engines": engine_command})
+    gaps = {"sbatch": "\n".join(_sbatch_lines(spec, lang)), "settings": "\n".join(settings),
+            "setup": "\n".join(_setup_lines(spec, lang))}
+    return fill(template_text("ipengines", lang), gaps, escape=_double_braces, raw={"engines": engine_command})
 
 
 def write_script(text: str, path: os.PathLike | str) -> Path:

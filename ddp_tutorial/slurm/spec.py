@@ -17,12 +17,13 @@ No torch import: this runs on a login node.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
-from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig
+from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig, add_train_arguments, config_from_args
 from ..i18n import TutorialError, t
 from ..validate import option_name
 
@@ -292,4 +293,50 @@ def validate(spec: JobSpec) -> JobSpec:
                                 limit=limit)
     if not isinstance(spec.requeue, bool):
         raise bad_value("requeue", spec.requeue, "slurm.rule.choice", choices="True, False")
+    if spec.script is None:  # the package's training: its options are checked now, not after queueing
+        check_train_args(spec)
     return spec
+
+
+#: Launcher options the job script passes itself (before the options after ``--``).
+LAUNCH_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank")
+
+
+class _TrainParser(argparse.ArgumentParser):
+    """The training's own parser (``python -m ddp_tutorial.train``), raising instead of exiting."""
+
+    def error(self, message):
+        raise TutorialError("slurm_train.bad_args", reason=message)
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    return add_train_arguments(_TrainParser(prog="python -m ddp_tutorial.train", add_help=False))
+
+
+def _set_by_job(option: str) -> TutorialError:
+    if option in LAUNCH_FLAGS:
+        why = t("slurm_train.why_launch")
+    elif option in ("--device", "--threads"):
+        why = t("slurm_train.why_device")
+    else:
+        why = t("slurm_train.why_files")
+    return TutorialError("slurm_train.set_by_job", option=option, why=why)
+
+
+def check_train_args(spec: JobSpec) -> None:
+    """The training options of a job, parsed and checked as the training will (nothing is run):
+    a bad value is refused in the training's own words, an option the job script sets itself
+    (processes, device, threads, result, checkpoints, resume) with the reason."""
+    from ..argtext import argparse_in_user_language
+    for arg in spec.train_args:
+        if arg.split("=", 1)[0] in LAUNCH_FLAGS:
+            raise _set_by_job(arg.split("=", 1)[0])
+    with argparse_in_user_language():
+        parser = _train_parser()
+        given, defaults = vars(parser.parse_args(list(spec.train_args))), vars(parser.parse_args([]))
+        for name in ("device", "threads", "json", "checkpoint_dir", "resume"):
+            if given.get(name) != defaults.get(name):
+                raise _set_by_job(option_name(name))
+        full = [*spec.training_argv, "--device", "cuda" if spec.gpus_per_node else "cpu",
+                "--threads", str(spec.cpus_per_process), *spec.train_args]
+        config_from_args(parser.parse_args(full))  # the cross-option rules too (model size …)
