@@ -84,7 +84,30 @@ def test_sections_3_to_6_run_the_solution_until_the_attendees_function_is_done(c
     assert t("ex.train_ddp.using_solution") in capsys.readouterr().out
     assert "def train_ddp(" in inspect.getsource(fallback) and fallback.__module__ == "__main__"
     own = cell(capstone.TRAIN_DDP_CODE)
-    assert capstone.train_function(own) is own
+    assert capstone.train_function(own) is not own       # finished, but not checked yet
+    assert t("ex.train_ddp.using_solution") in capsys.readouterr().out
+    ex.train_ddp._passed = own                           # what a passing check() records
+    try:
+        assert capstone.train_function(own) is own
+        assert capstone.train_function(cell(capstone.TRAIN_DDP_CODE)) is not own   # redefined: check again
+    finally:
+        ex.train_ddp._passed = None
+
+
+@needs_data
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_cuda_or_nccl_written_in_on_a_machine_without_gpus_points_at_the_device_rule(lang, engines, monkeypatch):
+    """The attendee run's (h): cuda:0 + nccl hard-coded gave torch's English "ProcessGroupNCCL is only
+    supported with GPUs" and nothing about [1]; now the device rule is named after it."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine: cuda + nccl is right here")
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+    code = capstone.TRAIN_DDP_CODE.replace('device, backend = torch.device("cpu"), "gloo"',
+                                           'device, backend = torch.device("cuda", 0), "nccl"')
+    outcome = ex.train_ddp.evaluate(cell(code))
+    assert outcome.status == WRONG and t("ex.train_ddp.no_gpu", lang=lang) in outcome.text, outcome.text
+    assert "Traceback" not in outcome.text
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def test_the_capstones_fallback_solution_is_in_the_notebooks_language(monkeypatc
     import inspect
     monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
     source = inspect.getsource(capstone.train_function(None))
-    assert "(train_ddp'niz henüz bitmedi" in capsys.readouterr().out
+    assert "(train_ddp'niz ex.train_ddp.check() denetiminden henüz geçmedi" in capsys.readouterr().out
     assert source.strip() == ex.train_ddp.solution_code("tr") and "[5] bu fonksiyonun kurduğu grup" in source
 
 

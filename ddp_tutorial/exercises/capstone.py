@@ -21,6 +21,7 @@ from typing import Optional
 
 from ..i18n import TutorialError, language, localize_code, number, t
 from .core import Exercise, NotDone, WrongAnswer, error_report, fail, is_placeholder, raise_if_failed, short_list
+from .guard import shown
 from .on_engines import distributed
 
 SCRIPT = Path(__file__).with_name("cnn_single.py")
@@ -169,6 +170,10 @@ MISTAKES = {
                    "torch.optim.SGD(SmallCNN().parameters(), lr=lr)"),),
     "no_destroy": (("        if created:\n            dist.destroy_process_group()", "        pass"),),
     "init": (("        torch.manual_seed(0)\n        model = SmallCNN()", "        model = SmallCNN()"),),
+    "init_rank": (("        torch.manual_seed(0)\n        model = SmallCNN()",
+                   "        torch.manual_seed(env.rank)\n        model = SmallCNN()"),),
+    "weights_contract": (('"weights": torch.cat([p.detach().flatten().cpu() for p in model.parameters()])}\n',
+                          '"weights": None}\n'),),
     "save_rank": (("            torch.save(model.state_dict(), save)\n", ""),
                   ("        return result\n", "        torch.save(model.state_dict(), save)\n        return result\n")),
 }
@@ -195,10 +200,17 @@ def open_todos(fn) -> list:
     return sorted({int(m.group(1)) for line in lines if (m := _TODO.match(line))})
 
 
+# What torch says when CUDA or NCCL is asked for on a machine without GPUs.
+_NO_GPU = re.compile(r"NCCL is only supported with GPUs|no GPUs found|Found no NVIDIA driver|"
+                     r"Torch not compiled with CUDA|No CUDA GPUs are available|CUDA driver initialization failed")
+
+
 def train_function(answer):
-    """The ``train_ddp`` sections 3–6 of notebook 08 run: the attendee's once no TODO is left, else
-    the solution (it says so), so that the notebook runs through before the exercise is done."""
-    if answer is not None and not is_placeholder(answer) and not open_todos(answer):
+    """The ``train_ddp`` sections 3–6 of notebook 08 run: the attendee's once its ``check()`` passed
+    (this very function), else the solution (it says so), so that the notebook runs through before
+    the exercise is done and never builds on a function that failed its check."""
+    from . import get
+    if answer is not None and not is_placeholder(answer) and get("train_ddp").passed(answer):
         return answer
     print(t("ex.train_ddp.using_solution"))
     filename = "<ddp_tutorial: train_ddp solution>"
@@ -239,7 +251,10 @@ def _on_engine_capstone(env, fn, root, folder):
         with Watch() as seen:
             returned = fn(env, root, LIMIT, EPOCHS, BATCH, LR, save=save)
     except Exception as error:  # noqa: BLE001 - reported to the kernel as the attendee's line
-        return {"attendee_error": error_report(error, fn)}
+        report = error_report(error, fn)
+        if _NO_GPU.search(report["message"]):  # cuda/nccl written in, on a machine without GPUs
+            report["hint"] = t("ex.train_ddp.no_gpu")
+        return {"attendee_error": report}
     finally:
         for name, value in before.items():
             if value is None:
@@ -259,6 +274,7 @@ def _on_engine_capstone(env, fn, root, folder):
         want = None
     tests = [f.as_dict() for f in seen.forwards if f.step >= seen.steps]
     facts = {"left_open": left_open, "saved": saved, "want_device": want, "first": seen.first, "tests": tests,
+             "wrapped": seen.wrapped,
              "around": getattr(seen.unwrapped_training(), "inner_kind", None),
              "optimizer_wrong": seen.trained_not_stepped(), "returned": type(returned).__name__}
     if isinstance(returned, dict):
@@ -320,6 +336,7 @@ def diagnose(facts: list, root: str) -> dict:
         if fact["optimizer_wrong"]:
             fail("ex.train_ddp.optimizer", rank=rank)
     _check_initial_weights(facts)
+    _check_rank_seeds(facts)
     _check_samples(facts)
     for rank, fact in enumerate(facts[1:], start=1):
         if fact["tests"] or "accuracy" in fact["result"]:
@@ -347,6 +364,17 @@ def _check_initial_weights(facts: list) -> None:
         fail("ex.train_ddp.init_differ")
     if starts[0] is None or starts[0].shape != want.shape or not torch.equal(starts[0], want):
         fail("ex.train_ddp.init")
+
+
+def _check_rank_seeds(facts: list) -> None:
+    """Different weights handed to DDP on different ranks (``torch.manual_seed(rank)``): DDP's
+    broadcast hides it at the first step, the weights before wrapping show it."""
+    import torch
+    built = [fact.get("wrapped") for fact in facts]
+    for rank, weights in enumerate(built[1:], start=1):
+        if built[0] is not None and weights is not None and (
+                weights.shape != built[0].shape or not torch.equal(weights, built[0])):
+            fail("ex.train_ddp.init_rank", rank=rank)
 
 
 def _reference_model():
@@ -389,6 +417,10 @@ def _check_weights(facts: list, root: str) -> dict:
 
     from . import cnn_single
     weights = [fact["result"]["weights"] for fact in facts]
+    size = sum(p.numel() for p in _reference_model().parameters())
+    for rank, w in enumerate(weights):
+        if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() != size:
+            fail("ex.train_ddp.weights_contract", rank=rank, got=shown(w), size=number(size))
     if any(not torch.equal(weights[0], w) for w in weights[1:]):
         fail("ex.train_ddp.differ")
     images, labels = cnn_single.load(root, True, LIMIT)

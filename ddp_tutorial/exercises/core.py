@@ -198,6 +198,8 @@ def raise_if_failed(results: list) -> list:
                 raise NotDone()
             text = explain_error(report["type"], report["message"], report["file"], report["line"],
                                  report.get("exited", False))
+            if report.get("hint"):  # what the exercise knows about this error (e.g. no GPU here)
+                text += " " + report["hint"]
             raise AttendeeError(t("ex.on_rank", rank=rank, text=text))
     return results
 
@@ -261,6 +263,7 @@ class Exercise:
     stub: Optional[Callable[[Optional[str]], str]] = None
     distributed: bool = False
     _hints_shown: int = field(default=0, repr=False)
+    _passed: Any = field(default=None, repr=False)  # the last answer whose check passed
 
     # Its texts -------------------------------------------------------------------------
     def key(self, part: str) -> str:
@@ -349,7 +352,12 @@ class Exercise:
                 raise  # no line of the attendee's in it: a bug of the grader, shown as one
             return Outcome(WRONG, t("ex.wrong", title=title, text=explain_error(
                 report["type"], report["message"], report["file"], report["line"])))
+        self._passed = answer
         return Outcome(CORRECT, t("ex.correct", title=title, text=self.text("correct", **fields)))
+
+    def passed(self, answer: Any) -> bool:
+        """Whether ``answer`` (this very object) passed its last check."""
+        return answer is not None and answer is self._passed
 
     def check(self, answer: Any = _MISSING) -> None:
         """Run the attendee's code and print what is right or wrong. It raises nothing of the

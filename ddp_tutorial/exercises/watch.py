@@ -33,28 +33,46 @@ class Forward:
 class Watch:
     """``with Watch() as seen: fn(...)``: ``seen.forwards`` (every top-level :class:`Forward`),
     ``seen.stepped`` (ids of the parameters some ``optimizer.step()`` updated), ``seen.first``
-    (the first training forward's model weights, device and backend, taken before it ran)."""
+    (the first training forward's model weights, device and backend, taken before it ran) and
+    ``seen.wrapped`` (the weights of the first model handed to DDP, before DDP copied rank 0's
+    weights over them: different ranks' different seeds show there, not at the first step)."""
 
     def __init__(self):
         self.forwards: List[Forward] = []
         self.stepped: set = set()
         self.steps = 0
         self.first: Optional[dict] = None
+        self.wrapped = None
         self._depth = 0
         self._handles: list = []
+        self._init = None
 
     def __enter__(self) -> "Watch":
         from torch.nn.modules import module as modules
+        from torch.nn.parallel import DistributedDataParallel as DDP
         from torch.optim.optimizer import register_optimizer_step_pre_hook
         self._handles = [modules.register_module_forward_pre_hook(self._before),
                          modules.register_module_forward_hook(self._after, always_call=True),
                          register_optimizer_step_pre_hook(self._step)]
+        self._init = original = DDP.__init__
+        watch = self
+
+        def init(ddp, module, *args, **kwargs):  # the weights as the attendee built them, then DDP's own
+            if watch.wrapped is None:
+                watch.wrapped = _flat(module)
+            original(ddp, module, *args, **kwargs)
+
+        DDP.__init__ = init
         return self
 
     def __exit__(self, *exc) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._init is not None:
+            DDP.__init__ = self._init
+            self._init = None
 
     def _before(self, module, inputs) -> None:
         import torch
@@ -85,6 +103,12 @@ class Watch:
         """The model that training ran forward is not the one the optimizer updates."""
         trained = set().union(*(f.parameters for f in self.training())) if self.training() else set()
         return bool(self.steps) and bool(trained) and not trained <= self.stepped
+
+
+def _flat(module):
+    import torch
+    parameters = list(module.parameters())
+    return torch.cat([p.detach().flatten().cpu() for p in parameters]) if parameters else None
 
 
 def _first_facts(module) -> dict:
