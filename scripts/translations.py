@@ -118,6 +118,14 @@ def units() -> dict:
                 items += [(f"⟪…‖{m.group(2)[:50]}⟫ in the code block at line {line}", m.group(2))
                           for m in BILINGUAL.finditer(text)]
         found[rel] = items
+    # ⟪tr‖en⟫ comments outside the notebooks: the exercises' solutions and the sbatch templates
+    outside = [*sorted((ROOT / "ddp_tutorial" / "exercises").glob("*.py")), *sorted((ROOT / "slurm").glob("*.sbatch"))]
+    for path in outside:
+        text = path.read_text(encoding="utf-8")
+        items = [(f"⟪…‖{m.group(2)[:50]}⟫ at line {text.count(chr(10), 0, m.start()) + 1}", m.group(2))
+                 for m in BILINGUAL.finditer(text)]
+        if items:
+            found[str(path.relative_to(ROOT))] = items
     for english, turkish in page_pairs():
         if english.exists() and turkish.exists():
             found[str(english.relative_to(ROOT))] = [

@@ -49,6 +49,19 @@ def test_an_edited_english_block_flags_exactly_its_twin():
     assert len(flagged) == 1 and flagged[0].startswith(f"{rel}: {label}") and "confirm" in flagged[0]
 
 
+def test_solution_and_sbatch_comments_are_guarded_too():
+    """The ⟪tr‖en⟫ comments of the exercises' solutions and of the sbatch templates are units of the
+    lock: an edited English half flags its Turkish one (it did not before: only .cells, docs, en.toml)."""
+    lock = T["current"]()
+    for rel in ("ddp_tutorial/exercises/cluster.py", "slurm/torchrun.sbatch"):
+        assert lock.get(rel), f"no ⟪tr‖en⟫ comment of {rel} is guarded"
+        dropped = next(iter(lock[rel]))
+        label = lock[rel].pop(dropped)
+        flagged = T["stale"](lock)
+        assert len(flagged) == 1 and flagged[0].startswith(f"{rel}: {label}"), flagged
+        lock[rel][dropped] = label
+
+
 # 2 and 5 ── markdown structure parity ─────────────────────────────────────────────────────────
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
