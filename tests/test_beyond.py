@@ -101,7 +101,7 @@ def test_all_reduced_batch_statistics_are_those_of_the_whole_batch(examples, bat
     assert torch.allclose(var0, features.var(0, unbiased=False), atol=1e-5)
     assert torch.equal(mean1, mean0) and torch.equal(var1, var0)
     # The notebook says SyncBatchNorm needs a GPU: if a torch release lifts that, the text must change.
-    assert on_cpu.startswith("ValueError:") and "GPU" in on_cpu, on_cpu
+    assert on_cpu is not None and "GPU" in on_cpu, on_cpu   # torch refuses CPU tensors (its own text)
 
 
 def test_fully_shard_halves_the_stored_parameters_and_steps_like_one_process(examples, batch, engines):
@@ -153,5 +153,7 @@ def test_stored_checks_all_say_true(lang):
     for cell in checked:
         text = "".join(o.get("text", "") for o in cell.outputs)
         assert text.strip(), f"{lang}: a checked cell has no stored output"
-        assert "False" not in text, f"{lang}: a check failed in the stored output:\n{text}"
-        assert text.count("True") >= 1, text
+        yes, no = {"tr": ("evet", "hayır"), "en": ("yes", "no")}[lang]   # i18n.yes_no
+        answers = [line.rsplit(":", 1)[1].strip() for line in text.splitlines() if ":" in line]
+        assert no not in answers, f"{lang}: a check failed in the stored output:\n{text}"
+        assert answers.count(yes) >= 1, text

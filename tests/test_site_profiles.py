@@ -8,6 +8,7 @@ rendered by the package, exactly as the notebook would do on that partition."""
 
 import ast
 import re
+import shlex
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -62,6 +63,7 @@ def _namespace(profile: str, gpus_expr=None, environ=None):
     """The names a notebook cell uses; ``gpus`` evaluated from the cell's own expression (its default,
     or ``environ``'s DDP_TUTORIAL_SLURM_GPUS)."""
     namespace = {"slurm": slurm, "sys": sys, "Path": Path, "os": SimpleNamespace(environ=dict(environ or {})),
+                 "shlex": shlex,
                  "RUN_DIR": Path("/scratch/runs"), "NB": {"dataset": "mnist", "root": "/scratch/data"},
                  "PROFILE": slurm.PROFILES[profile], "profile": slurm.PROFILES[profile]}
     if gpus_expr is not None:
