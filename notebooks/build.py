@@ -61,6 +61,8 @@ from pathlib import Path
 
 import nbformat
 
+from ddp_tutorial.i18n import BILINGUAL  # ⟪Türkçe‖English⟫: one text per language
+
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 LANGUAGES = ("tr", "en")
@@ -74,8 +76,6 @@ class SourceError(ValueError):
 CHECK_CELL = ("from ddp_tutorial import exercises as ex\n\n"
               "ex.{0}.check()\n# ex.{0}.hint()  ·  ex.{0}.hint(2)  ·  ex.{0}.solution()")
 
-
-BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
 
 
 KINDS = ("md tr", "md en", "code", "code raises-exception", "exercise NAME")

@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "translations.lock.json"
-BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
+sys.path.insert(0, str(ROOT))
+from ddp_tutorial.i18n import BILINGUAL  # noqa: E402 - the one marker regex (⟪Türkçe‖English⟫)
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+\S")
 
@@ -134,7 +135,6 @@ def units() -> dict:
     _tr_half, en_half = readme_halves()
     found["README.md"] = [(f"English half, section {head} — twin in the Turkish half", body)
                           for head, body in sections(en_half)]
-    sys.path.insert(0, str(ROOT))
     from ddp_tutorial import i18n
     found["ddp_tutorial/messages/en.toml"] = [(f"[{key}] — twin in tr.toml", value)
                                               for key, value in sorted(i18n.messages("en").items())]

@@ -19,13 +19,8 @@ import torch
 from ddp_tutorial import ipp
 from ddp_tutorial.config import TrainConfig
 from ddp_tutorial.i18n import TutorialError
+from engine_checks import alive, no_engines_left  # noqa: F401 - the autouse fixture
 
-
-def alive(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def cluster_pids(engines):
@@ -34,15 +29,6 @@ def cluster_pids(engines):
     assert set(engines.pids) <= set(pids)
     return pids
 
-
-@pytest.fixture(autouse=True)
-def no_engines_left():
-    """Every test ends with no cluster kept and none of its processes alive."""
-    ipp.stop(force=True)
-    yield
-    engines = ipp.current()
-    ipp.stop(force=True)
-    assert engines is None, "a test left a cluster running"
 
 
 def small_config(root, **extra):

@@ -7,28 +7,14 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 
 from ddp_tutorial import ipp
 from ddp_tutorial.config import TrainConfig
 from ddp_tutorial.i18n import TutorialError
+from engine_checks import alive, no_engines_left  # noqa: F401 - the autouse fixture
 
 
-def alive(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-@pytest.fixture(autouse=True)
-def no_engines_left():
-    ipp.stop(force=True)
-    yield
-    engines = ipp.current()
-    ipp.stop(force=True)
-    assert engines is None, "a test left a cluster running"
 
 
 def test_a_stopped_engine_is_named_not_only_its_victim(mnist_root, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 class Stop(BaseException):
@@ -152,13 +152,14 @@ class KernelState:
 _ABSENT = object()
 
 
-def put_back(owner: Any, saved: dict) -> list:
+def put_back(owner: Any, saved: dict, ignore: Callable[[Any], bool] = lambda value: False) -> list:
     """Put back the functions and classes of ``owner`` (a module or a class) that were replaced or
-    deleted since ``saved = dict(vars(owner))``, and remove the methods added to a class; return
-    their names."""
+    deleted since ``saved = dict(vars(owner))``, and remove the methods added to a class (they would
+    override inherited ones); return their names. A new value for which ``ignore(value)`` holds is
+    left (on the engines: torch's own doing, it wraps a few functions on first use)."""
     now, names = dict(vars(owner)), []
     for name, value in now.items():
-        if saved.get(name, _ABSENT) is value:
+        if saved.get(name, _ABSENT) is value or ignore(value):
             continue
         if name in saved and callable(saved[name]):
             setattr(owner, name, saved[name])

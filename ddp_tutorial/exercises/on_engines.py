@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..i18n import number
 from .core import Exercise, WrongAnswer, error_report, fail, raise_if_failed
-from .guard import as_number, shown
+from .guard import as_number, put_back, shown
 from .watch import Watch
 
 
@@ -54,32 +54,9 @@ def _guarded(env, worker, fn, *args):
     try:
         result = worker(env, fn, *args)
     finally:
-        replaced = [f"{label}.{name}" for label, owner, saved in before for name in _put_back(owner, saved)]
+        replaced = [f"{label}.{name}" for label, owner, saved in before
+                    for name in put_back(owner, saved, ignore=_from_torch)]
     return result, replaced
-
-
-def _put_back(owner, saved: dict) -> list:
-    """Put back the functions and classes of ``owner`` (a module or a class) that code outside torch
-    replaced or deleted since ``saved = dict(vars(owner))``, and remove the methods it added to a
-    class (they would override inherited ones); return their names."""
-    now, names = dict(vars(owner)), []
-    for name, value in now.items():
-        if saved.get(name, _ABSENT) is value or _from_torch(value):
-            continue  # unchanged, or torch's own doing (it wraps a few functions on first use)
-        if name in saved and callable(saved[name]):
-            setattr(owner, name, saved[name])
-            names.append(name)
-        elif name not in saved and isinstance(owner, type) and callable(value):
-            delattr(owner, name)
-            names.append(name)
-    for name, value in saved.items():
-        if name not in now and callable(value):
-            setattr(owner, name, value)
-            names.append(name)
-    return names
-
-
-_ABSENT = object()
 
 
 def _from_torch(value) -> bool:

@@ -29,14 +29,12 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 from ..atomic import write_text
-from ..i18n import TutorialError, language, t
+from ..i18n import TutorialError, language, localize_code, t
 from .spec import TEMPLATES, JobSpec, validate
 
 #: ipyparallel engines on an allocation, one per GPU (ddp_tutorial.ipp.start_slurm); not a training job.
 ENGINES_TEMPLATE = "ipengines.sbatch"
 GAP = re.compile(r"\{\{([a-z]+)\}\}")
-#: A template's comment in both languages, as in notebooks/src/*.cells: ⟪Türkçe‖English⟫ (may span lines).
-BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
 
 q = shlex.quote  # 'it'"'"'s' — the shell reads the value back exactly, never runs it
 
@@ -65,10 +63,10 @@ def template_text(name: str, lang: str | None = None) -> str:
 def in_language(text: str, lang: str, path: os.PathLike | str = "") -> str:
     """``⟪Türkçe‖English⟫`` → its ``lang`` part. Only template text comes here, never a user's value
     (a value is inserted later and stays as given). A stray ⟪, ‖ or ⟫ means a broken template."""
-    text = BILINGUAL.sub(lambda m: m.group(1 if lang == "tr" else 2), text)
-    if any(mark in text for mark in "⟪‖⟫"):
-        raise TutorialError("slurm_script.broken_marker", path=str(path))
-    return text
+    try:
+        return localize_code(text, lang)  # the marker of notebooks/src/*.cells (it may span lines)
+    except ValueError:
+        raise TutorialError("slurm_script.broken_marker", path=str(path)) from None
 
 
 def fill(text: str, gaps: Dict[str, str], escape: Callable[[str], str] = str,
