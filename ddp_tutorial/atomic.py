@@ -6,8 +6,9 @@ rendered job scripts, figures, benchmark results — by what the target is *now*
 * a regular file, or nothing yet: write a temporary file in the same folder, flush it to disk
   (``fsync``), rename it over the target (``os.replace`` is atomic within one file system), then
   ``fsync`` the folder so the rename itself survives a crash. The temporary file is removed if
-  anything fails. The new file gets the old file's permissions, or ``0666`` less the umask (0644
-  under the usual umask 022: a teammate or the instructor can read a shared run directory);
+  anything fails. The new file gets the old file's permissions (never wider: a script only gains the
+  owner's execute bit), or ``0666`` less the umask (0644 under the usual umask 022: a teammate or the
+  instructor can read a shared run directory);
 * a symbolic link: the same for the file it points to — the link itself is never replaced;
 * ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, a character device (``/dev/null``) or a named
   pipe: written *through*, like the shell's ``>`` (a pipe nobody reads is refused at once instead
@@ -31,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Optional, Tuple, Union
 
-from .i18n import t
+from .i18n import TutorialError, t
 
 PathLike = Union[str, os.PathLike]
 TMP_SUFFIX = ".tmp"
@@ -137,12 +138,14 @@ def _open_through(kind: str, where: Union[int, Path]) -> IO[bytes]:
 
 
 def _new_mode(path: Path, mode: Optional[int]) -> int:
-    if mode is not None:
-        return mode & ~umask() & 0o7777
+    """A new file: ``mode`` (default 0666) less the umask. A replaced file keeps its permissions, never
+    wider: only the owner's execute bit is added where ``mode`` asks for one (a 0600 job script holding a
+    token stays 0700, not 0755)."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
+        old = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
     except OSError:
-        return 0o666 & ~umask()
+        return (0o666 if mode is None else mode) & ~umask() & 0o7777
+    return old | (stat.S_IXUSR if mode is not None and mode & stat.S_IXUSR else 0)
 
 
 def write_with(target: PathLike, writer: Callable[[IO[bytes]], None], prefix: str | None = None,
@@ -205,3 +208,40 @@ def is_leftover(path: PathLike) -> bool:
     """A temporary file this module left behind (its writer was killed): safe to delete."""
     name = Path(path).name
     return name.startswith(".") and name.endswith(TMP_SUFFIX)
+
+
+def file_kind(mode: int) -> str:
+    """What a path that should be a regular file is instead, in the user's words."""
+    if stat.S_ISDIR(mode):
+        return t("ckpt_guard.kind_dir")
+    if stat.S_ISFIFO(mode):
+        return t("ckpt_guard.kind_fifo")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return t("ckpt_guard.kind_device")
+    return t("ckpt_guard.kind_other")
+
+
+def open_lock(path: PathLike, refusal: str, write: bool = False) -> Tuple[int, bool]:
+    """A lock file opened for ``flock`` (every lock the package takes), created ``0666`` less the umask so
+    that a teammate in a shared group folder may take it too. A symbolic link planted under its name is
+    never followed (its target would be created or overwritten) and a named pipe never blocks: anything
+    but a regular file raises :class:`TutorialError` ``refusal`` (fields ``path``, ``kind``). ``write``:
+    read-write where the user may, else read-only (``flock`` needs no write access). Returns (fd, writable)."""
+    flags = os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        try:
+            fd, writable = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | flags, 0o666), write
+        except PermissionError:
+            if not write:
+                raise
+            fd, writable = os.open(path, os.O_RDONLY | flags, 0o666), False
+    except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise TutorialError(refusal, path=str(path),
+                                kind=t("ckpt_guard.kind_link", target=os.readlink(path))) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise TutorialError(refusal, path=str(path), kind=file_kind(mode))
+    return fd, writable

@@ -46,15 +46,7 @@ def checkpoint_path(directory: os.PathLike | str) -> Path:
     return Path(directory) / CHECKPOINT_NAME
 
 
-def _kind(mode: int) -> str:
-    """What a path that should be a regular file is instead, in the user's words."""
-    if stat.S_ISDIR(mode):
-        return t("ckpt_guard.kind_dir")
-    if stat.S_ISFIFO(mode):
-        return t("ckpt_guard.kind_fifo")
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return t("ckpt_guard.kind_device")
-    return t("ckpt_guard.kind_other")
+_kind = atomic.file_kind  # "a named pipe (FIFO)", "a directory" …
 
 
 def _regular_or_absent(path: Path) -> bool:
@@ -69,6 +61,27 @@ def _regular_or_absent(path: Path) -> bool:
     if not stat.S_ISREG(mode):
         raise TutorialError("ckpt_guard.not_regular", path=str(path), kind=_kind(mode))
     return True
+
+
+_UNRECORDED = object()
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading, checked on the open file: a regular file (links followed), or
+    ``None`` when it has gone. ``O_NONBLOCK``: a named pipe swapped in after :func:`_regular_or_absent`
+    (CK03) is refused at once instead of blocking ``torch.load`` for ever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise TutorialError("ckpt.corrupt", path=str(path), why=error.strerror or str(error)) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise TutorialError("ckpt_guard.not_regular", path=str(path), kind=_kind(mode))
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return os.fdopen(fd, "rb")
 
 
 # --------------------------------------------------------------------------------------
@@ -93,11 +106,12 @@ class DirectoryLock:
 
     def acquire(self) -> "DirectoryLock":
         path = self.directory / LOCK_NAME
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:  # a link planted under this name is refused (its target would be truncated), a FIFO never blocks
+            fd, writable = atomic.open_lock(path, "ckpt_guard.lock_not_file", write=True)
         except OSError as error:
             raise TutorialError("ckpt.unwritable", path=str(self.directory),
                                 why=error.strerror or str(error)) from None
+        info = os.fstat(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -106,9 +120,13 @@ class DirectoryLock:
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise TutorialError("ckpt_guard.in_use", path=str(self.directory), **owner) from None
             return self  # ENOLCK, EOPNOTSUPP…: this file system cannot lock; go on unlocked
-        os.ftruncate(fd, 0)
-        os.write(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n").encode())
+        if writable and info.st_nlink == 1:  # the owner record; never into a file with another name elsewhere
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n").encode())
+            except OSError:
+                pass  # the record only names the holder in another run's message; the lock is what counts
         self.fd, self.held = fd, True
         return self
 
@@ -244,6 +262,10 @@ REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape
 # would silently be another run. (The learning rate may change: runstate applies it and says so.)
 SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
                "optimizer_kind": "--optimizer"}
+# What a checkpoint written before a setting was recorded means by its absence: every checkpoint older
+# than `--optimizer` (format_version 1 all the same) was made with Adam (O02: resumed with --optimizer sgd,
+# it was accepted and failed at the first step with KeyError: 'momentum').
+BEFORE_RECORDED = {"optimizer_kind": "adam"}
 # These split an epoch among the ranks: they must match only when the checkpoint is mid-epoch.
 SAME_MID_EPOCH = ("world_size", "batch_size")
 
@@ -259,8 +281,12 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     path = checkpoint_path(directory)
     if not _regular_or_absent(path):
         return None
+    handle = _open_regular(path)  # what is read is what was checked: a FIFO renamed in between never blocks
+    if handle is None:
+        return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with handle:
+            state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - truncated zip, random bytes, a pickle of something else…
         why = t("ckpt_guard.unreadable", error=type(error).__name__)
         raise TutorialError("ckpt.corrupt", path=str(path), why=why) from None
@@ -272,8 +298,9 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
         raise TutorialError("ckpt.mismatch", path=str(path), field=t("ckpt_guard.model_shape"),
                             saved=list(state["shape"]), current=list(expect["shape"]))
     for field, option in SAME_ALWAYS.items():
-        if field in state and field in expect and state[field] != expect[field]:
-            raise TutorialError("ckpt.changed", path=str(path), field=field, saved=state[field],
+        saved = state.get(field, BEFORE_RECORDED.get(field, _UNRECORDED))
+        if saved is not _UNRECORDED and field in expect and saved != expect[field]:
+            raise TutorialError("ckpt.changed", path=str(path), field=field, saved=saved,
                                 current=expect[field], option=option or t("ckpt_guard.the_optimizer"))
     if state["step"] > 0:
         for field in SAME_MID_EPOCH:

@@ -4,6 +4,7 @@
     ddp-tutorial train --dataset fashion-mnist --root DIR --nproc-per-node 2 --epochs 2 --json out.json
     ddp-tutorial slurm render|submit|status|wait|cancel|logs ...
     ddp-tutorial env          # what this process would be told: rank, world size, master, backend
+    ddp-tutorial check-script train.py   # the lines to change to run anywhere, and the launch that fits
 
 It answers at once: only the chosen subcommand's module is imported, and ``--help``, ``train
 --help``, ``data check`` and ``slurm render`` never import torch. Help texts and argparse's own
@@ -61,6 +62,19 @@ def _add_data(sub) -> None:
     add_cli(sub)
 
 
+def _check_script(args) -> int:
+    from .script_check import describe, read_script
+    report = read_script(args.file)
+    print(describe(report))
+    return 1 if report.findings else 0
+
+
+def _add_check_script(sub) -> None:
+    parser = sub.add_parser("check-script", help=t("cli.check_script"), description=t("cli.check_script"))
+    parser.add_argument("file", metavar="FILE", help=t("cli.check_script_file"))
+    parser.set_defaults(func=_check_script)
+
+
 def _add_slurm(sub) -> None:
     from .slurm.cli import add_cli  # the one late import of the SLURM side (no torch there either)
     add_cli(sub)
@@ -72,6 +86,7 @@ COMMANDS: Dict[str, Tuple[Callable, str]] = {
     "env": (_add_env, "cli.env"),
     "data": (_add_data, "data.cli.data"),
     "slurm": (_add_slurm, "cli.slurm"),
+    "check-script": (_add_check_script, "cli.check_script"),
 }
 
 
@@ -99,6 +114,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
+    if command == "slurm":  # `--script-args "--epochs=1"`: the value glued to its option (argparse)
+        from .slurm.cli import glued
+        argv = glued(argv)
     with argparse_in_user_language():
         parser = build_parser(only=command if command in COMMANDS else "")
         args = parser.parse_args(argv)

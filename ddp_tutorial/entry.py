@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
+import threading
 
 from . import exits
 from .i18n import TutorialError, t
@@ -13,6 +15,24 @@ from .i18n import TutorialError, t
 
 def run_and_exit(function, *args) -> int:
     """Run ``function(*args)`` and return the process's exit code; print a user error in one line."""
+    try:
+        return _run(function, *args)
+    finally:
+        _run_is_over()
+
+
+def _run_is_over() -> None:
+    """The run is over, whatever its end: SLURM's SIGUSR1 now asks for nothing. Ignore it, so that a
+    warning during the interpreter's teardown (where a Python handler is reset to the default action,
+    which ends the process) cannot turn a finished run's exit code into 138 and requeue the job."""
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
+
+
+def _run(function, *args) -> int:
     try:
         function(*args)
         return exits.OK

@@ -4,6 +4,8 @@ no torch import; tested on recorded gloo and NCCL log lines)."""
 
 from __future__ import annotations
 
+import re
+
 
 # NCCL/CUDA errors of this process's own setup: the same on every rank, not a lost peer.
 _SETUP_MARKERS = (
@@ -36,6 +38,13 @@ def classify_failure(text: str, backend: str = "gloo") -> str:
     lowered = text.lower()
     if any(m in lowered for m in _SETUP_MARKERS):
         return "setup_error"
-    if any(m in lowered for m in _LOST_MARKERS.get(backend, _LOST_MARKERS["gloo"])):
+    if any(_lost_marker_in(m, lowered) for m in _LOST_MARKERS.get(backend, _LOST_MARKERS["gloo"])):
         return "lost_peer"
     return "other"
+
+
+def _lost_marker_in(marker: str, lowered: str) -> bool:
+    """``peer`` only as the start of a word: the one inside "TypeError" made every TypeError a lost peer."""
+    if marker == "peer":
+        return re.search(r"(?<![a-z])peer", lowered) is not None
+    return marker in lowered

@@ -80,11 +80,16 @@ MIN_DRIVER_FOR_CUDA_MAJOR = {11: 450, 12: 525, 13: 580}
 
 @dataclass(frozen=True)
 class Site:
-    """A centre's GPU partitions (their GPUs' compute capability) and the lowest driver it documents."""
+    """A centre's GPU partitions (their GPUs' compute capability) and the lowest driver it documents;
+    the module that gives a Python >= 3.11 on its login nodes (``scripts/setup.sh`` and ``scripts/lab.sh``
+    name it when ``python3`` is older: scripts/python_check.sh reads the first quoted value given to
+    ``python_module`` in this file) and whether that name was checked on the site itself."""
 
     name: str
     driver: str
     partitions: Dict[str, Capability]
+    python_module: str = ""
+    python_module_verified: bool = False
 
 
 SITES: Dict[str, Site] = {
@@ -92,8 +97,13 @@ SITES: Dict[str, Site] = {
     # P100, V100, A100, H100/H200. Its hardware page (until March 2026) showed nvidia-smi 565.57.01
     # (CUDA 12.7) on all four partitions and named 550.90.07 (akya) and 560.35.03 (kolyoz) in its
     # text: the lowest is used. Not checked on a TRUBA node from here.
+    # Python: the guide's python.rst says `module load comp/python/3.12.2`, but the module list of its ARF
+    # page (source/1-kaynaklar/arf/index.rst, an earlier version) shows comp/python/3.12.0, and users'
+    # notes found on GitHub say 3.12.2 does not exist (and that the login nodes' python3 is 3.9.18).
+    # Not checked on TRUBA from here: `module av python` there shows the real name.
     "truba": Site("truba", "550.90.07", {"barbun-cuda": (6, 0), "akya-cuda": (7, 0), "palamut-cuda": (8, 0),
-                                         "kolyoz-cuda": (9, 0)}),
+                                         "kolyoz-cuda": (9, 0)},
+                  python_module="comp/python/3.12.0", python_module_verified=False),
 }
 
 SOURCES = {
@@ -263,18 +273,32 @@ def parse_proc_version(text: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
+SMI_TIMEOUT = 30  # seconds: nvidia-smi can be slow on a busy node, but never this slow
+# What went wrong with nvidia-smi at the last node_facts(): (message key, fields), or None (G02/G04).
+_SMI: Dict[str, object] = {"problem": None}
+
+
 def node_facts() -> Tuple[List[GPU], Optional[str], str]:
     """(GPUs, driver version, where the facts came from), from ``nvidia-smi`` or ``/proc``."""
     smi = shutil.which("nvidia-smi")
+    _SMI["problem"] = None
     if smi:
         try:
             done = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30)
+                                  capture_output=True, encoding="utf-8", errors="replace", timeout=SMI_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
+            # errors="replace": a stray non-UTF-8 byte (an odd locale, a damaged name) is one odd line, not a crash
             gpus, driver = parse_nvidia_smi(done.stdout) if done.returncode == 0 else ([], None)
+            if gpus and any(g.capability for g in gpus):
+                return gpus, driver, "nvidia-smi"
+            _SMI["problem"] = ("gpu.smi_failed", {"code": done.returncode}) if done.returncode else \
+                ("gpu.smi_no_cap", {})
             if gpus:
                 return gpus, driver, "nvidia-smi"
-        except (OSError, subprocess.SubprocessError):
-            pass
+        except subprocess.TimeoutExpired:
+            _SMI["problem"] = ("gpu.smi_timeout", {"seconds": SMI_TIMEOUT})
+        except (OSError, ValueError, subprocess.SubprocessError) as error:
+            _SMI["problem"] = ("gpu.smi_failed", {"code": type(error).__name__})
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
             return [], parse_proc_version(f.read()), "/proc/driver/nvidia/version"
@@ -369,6 +393,13 @@ def choose(site: Optional[str] = None, gpus: Optional[Sequence[GPU]] = None,
                       driver=s.driver, torch=TORCH_VERSION)
     else:
         caps = [g.capability for g in (gpus or []) if g.capability]
+        if not caps and _SMI["problem"] is not None:  # G02/G04: nvidia-smi hung, failed or is too old
+            v = VARIANTS[DEFAULT_VARIANT]
+            key, problem = _SMI["problem"]
+            known = t("gpu.smi_driver", driver=driver) if driver else ""
+            return Choice(DEFAULT_VARIANT, "gpu.choice_smi",
+                          dict(variant=v.name, cuda=v.cuda, driver=v.min_driver, torch=TORCH_VERSION,
+                               why=t(key, **problem), known=known, sites=", ".join(SITES)))
         if not caps:
             v = VARIANTS[DEFAULT_VARIANT]
             return Choice(DEFAULT_VARIANT, "gpu.choice_default",
@@ -396,6 +427,11 @@ def _choose_main(argv: Sequence[str]) -> int:
             raise TutorialError("gpu.unknown_variant", name=args.cuda, torch=TORCH_VERSION,
                                 choices=", ".join([*VARIANTS, "cpu"]))
         choice = Choice(args.cuda, "gpu.choice_asked", dict(variant=args.cuda, torch=TORCH_VERSION))
+        v, s = VARIANTS.get(args.cuda), SITES.get(args.site or "")
+        if v and s and not (all(has_kernels(c, v.arch_list) for c in s.partitions.values())
+                            and (driver_major(s.driver) or 0) >= v.min_driver):  # G06: the site, not dropped
+            fits = suggest(list(s.partitions.values()), s.driver) or "none"
+            choice = Choice(args.cuda, "gpu.choice_asked_site", dict(choice.fields, site=args.site, fits=fits))
     else:
         gpus, driver, _ = node_facts()
         choice = choose(args.site, gpus, driver)

@@ -17,6 +17,7 @@ import functools
 import os
 import re
 import string
+import sys
 from importlib import resources
 from typing import Dict
 
@@ -31,7 +32,22 @@ def language() -> str:
     """The language chosen by ``DDP_TUTORIAL_LANG`` (``en`` when unset or unknown)."""
     value = os.environ.get(LANG_VARIABLE, DEFAULT_LANGUAGE).strip().lower()
     value = value.split("_")[0].split(".")[0].split("-")[0]  # "tr_TR.UTF-8" → "tr"
+    if value == "tr" and not _streams_can_write("ığşİ"):  # I01/I02: a C or Latin-1 terminal would show \u0131
+        return DEFAULT_LANGUAGE
     return value if value in LANGUAGES else DEFAULT_LANGUAGE
+
+
+def _streams_can_write(letters: str) -> bool:
+    """Whether stdout and stderr can write ``letters`` (an ASCII or Latin-1 terminal cannot write ı, ğ, ş)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding:
+            continue
+        try:
+            letters.encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +55,10 @@ def messages(lang: str) -> Dict[str, str]:
     """Every message of one language, by key, read from its TOML file: ``area.name`` for a message of
     ``[area]``, ``area.table.name`` for one of a sub-table such as ``[ex.shard_indices]``."""
     text = resources.files("ddp_tutorial").joinpath("messages", f"{lang}.toml").read_text("utf-8")
-    return _flatten(tomllib.loads(text))
+    try:
+        return _flatten(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as error:  # N04: the damaged file is named
+        raise ValueError(f"ddp_tutorial/messages/{lang}.toml: {error}") from None
 
 
 def _flatten(table: dict, prefix: str = "") -> Dict[str, str]:

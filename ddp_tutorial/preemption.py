@@ -43,7 +43,7 @@ def early_signal() -> bool:
 
 
 class StopRequest:
-    """A flag set by SIGUSR1 (or by :meth:`request`), agreed on by all ranks."""
+    """A flag set by SIGUSR1 (or by :meth:`request`); train.py's stop vote asks all ranks about it."""
 
     def __init__(self):
         self.requested = early_signal()  # a SIGUSR1 while this process imported torch
@@ -73,15 +73,3 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signum, signal.SIG_IGN)
             self._previous = None
-
-    def agreed(self, distributed: bool, group=None) -> bool:
-        """True on every rank when any rank was asked to stop (a collective: call it on all ranks
-        at the same steps). ``group`` is a gloo group (the default one on CPUs; a small side group
-        next to nccl), so the vote is a CPU tensor and never waits for the GPU."""
-        if not distributed:
-            return self.requested
-        import torch
-        import torch.distributed as dist
-        flag = torch.tensor([1.0 if self.requested else 0.0])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-        return bool(flag.item() > 0)

@@ -6,10 +6,10 @@ rank-0 test). The chores it needs at fixed points are named calls on a :class:`R
 * before the rendezvous: the ``--json`` target and ``--checkpoint-dir`` are checked, SIGUSR1 is caught;
 * ``begin``: the run's record; with ``--resume``, weights, optimizer state, position and losses
   from a checkpoint that fits this run;
-* ``steps``: the step numbers of one epoch — a resumed epoch starts where it stopped; the linear
-  warm-up of ``--warmup-steps``; rank 0's progress bar; every ``STOP_CHECK_EVERY`` steps the stop
-  vote (an all-reduce: SIGUSR1 on any rank stops every rank at the same step, rank 0 checkpoints,
-  exit 75 — the only collectives that are not written in the story itself);
+* ``steps``: the step numbers of one epoch — a resumed epoch starts where it stopped; rank 0's
+  progress bar; ``set_lr``: the linear warm-up of ``--warmup-steps``;
+* ``stop``: SIGUSR1 caught (the story votes on it every ``STOP_CHECK_EVERY`` steps, an all-reduce);
+  ``save`` / ``preempted``: rank 0's checkpoint where every rank stands, then exit 75;
 * ``record`` / ``epoch_loss``: this rank's loss sum, kept on the device (no per-step sync);
 * ``end_epoch``: the gathered losses recorded, the epoch line, the epoch checkpoint;
 * ``finish``: the weights' fingerprint and the JSON result (rank 0).
@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
 import torch
-import torch.distributed as dist
 
 from . import checkpoint as ckpt
 from . import exits
 from . import result as results
 from .config import TrainConfig
-from .device_rule import choose_backend
 from .failures import classify_failure
 from .i18n import TutorialError, t
 from .model import count_parameters
@@ -124,12 +122,12 @@ class RunState:
                 os.dup2(devnull, sys.stdout.fileno())
                 os.close(devnull)
 
-    def begin(self, model, optimizer, device: torch.device, control_group, steps_per_epoch: int) -> Position:
+    def begin(self, model, optimizer, device: torch.device, backend: str, control_group,
+              steps_per_epoch: int) -> Position:
         """Record the run's setting; resume from the checkpoint when asked. Returns the start position.
-        ``control_group``: the group of the CPU-side collectives (the gloo side group on nccl, else None)."""
-        self.model, self.optimizer, self.device = model, optimizer, device
-        # The group's backend; at world 1 (no group) the one this device would use, as train.py printed it.
-        self.backend = dist.get_backend() if dist.is_initialized() else choose_backend(self.config.backend, device)
+        ``backend``: the group's (at world 1, no group: the one this device would use, as train.py printed
+        it); ``control_group``: the group of the CPU-side collectives (the gloo side group on nccl, else None)."""
+        self.model, self.optimizer, self.device, self.backend = model, optimizer, device, backend
         self.control_group, self.steps_per_epoch = control_group, steps_per_epoch
         layers = list(model.hidden_layers)
         self.shape = [len(layers), layers[0].in_features, layers[0].out_features, layers[-1].out_features]
@@ -140,7 +138,9 @@ class RunState:
             launcher=self.env.scheme, num_nodes=self.env.num_nodes, threads=torch.get_num_threads(),
             omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""))
         self.start = self._resume() if self.config.resume else Position()
-        if self.start.epoch >= self.config.epochs:  # a finished run resumed with the same (or fewer) --epochs
+        if self.start.epoch >= self.config.epochs and not self.start.epoch:  # --epochs 0, nothing resumed (R01)
+            self.say(t("ckpt.nothing_to_train"), everyone=False)
+        elif self.start.epoch >= self.config.epochs:  # a finished run resumed with the same (or fewer) --epochs
             self.say(t("ckpt.nothing_left", path=self.config.checkpoint_dir, epoch=self.start.epoch,
                        epochs=self.config.epochs), everyone=False)
         return self.start
@@ -204,9 +204,6 @@ class RunState:
         bar = self.progress(epoch, first)
         try:
             for step in range(first, num_batches):
-                if self.should_stop(step):  # SIGUSR1 on any rank: all checkpoint and leave
-                    self.preempt(epoch, step)
-                self.set_lr(epoch, step)
                 yield step
                 if bar is not None:
                     bar.update(1)
@@ -232,22 +229,10 @@ class RunState:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr * min(1.0, (done + 1) / warmup)
 
-    def should_stop(self, step: int) -> bool:
-        """Every ``STOP_CHECK_EVERY`` steps, all ranks vote: did any of them get SIGUSR1?"""
-        return step % STOP_CHECK_EVERY == 0 and self.stop.agreed(self.distributed, self.control_group)
-
-    def preempt(self, epoch: int, step: int) -> None:
-        """Checkpoint where every rank stands (rank 0 writes), then leave with exit code 75."""
-        loss_sum, steps = self.epoch_loss()
-        mine = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
-        partials = [mine]
-        if self.distributed:
-            partials = [torch.zeros_like(mine) for _ in range(self.env.world_size)]
-            dist.all_gather(partials, mine, group=self.control_group)
-        self.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials])
-        if self.distributed:
-            dist.barrier(group=self.control_group)  # nobody exits before the checkpoint is on disk
-        self.stop.settle()  # from here on, another SIGUSR1 changes nothing (exit 75, not death by signal)
+    def preempted(self, epoch: int, step: int) -> None:
+        """After the story's stop vote and rank 0's checkpoint: another SIGUSR1 changes nothing from
+        here on (exit 75, not death by signal); say so, and leave with exit code 75."""
+        self.stop.settle()
         key = "train.preempted" if self.config.checkpoint_dir else "ckpt.nothing_saved"
         self.say(t(key, rank=self.env.rank, epoch=epoch, step=step, code=exits.REQUEUE))
         raise Preempted()

@@ -262,7 +262,7 @@ def _locked(lock_path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
     ``on_wait`` is called if another process holds the lock. (``flock`` works across the
     processes of one machine and, on Linux, on NFS too.)
     """
-    with open(lock_path, "a") as lock:
+    with os.fdopen(atomic.open_lock(lock_path, "data.lock_not_file")[0], "rb") as lock:  # no link, no FIFO
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

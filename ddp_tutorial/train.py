@@ -16,8 +16,9 @@ ipyparallel engine in a notebook). Each numbered step below is one idea of DDP, 
 9. the test on rank 0 only, through the unwrapped model; ``dist.broadcast`` of its accuracy;
 10. ``dist.destroy_process_group``.
 
-The chores around the story — resume, preemption (SIGUSR1), checkpoints, warm-up, progress
-bar, JSON result — are named calls on a :class:`~ddp_tutorial.runstate.RunState`.
+The chores around the story — resume, checkpoints, warm-up, progress bar, JSON result — are
+named calls on a :class:`~ddp_tutorial.runstate.RunState`; the stop vote (SIGUSR1, SLURM's warning
+before the time limit) is a collective, so it is written here too, in the loop.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from .i18n import t
 from .model import DeepNeuralNetwork
 from .process_group import abort_process_group, rendezvous_errors
 from .result import TrainResult
-from .runstate import RunState, scaled_lr
+from .runstate import STOP_CHECK_EVERY, RunState, scaled_lr
 from .threads import threads_for
 from .whoami import DistEnv, resolve_environment
 
@@ -106,23 +107,31 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             # The lr for this world size (--scale-lr); Adam as the seed (fused: one kernel updates all
             # parameters), or SGD with momentum (--optimizer sgd). Over ddp_model's parameters.
             lr = scaled_lr(config, env.world_size)
-            optimizer = (torch.optim.Adam(ddp_model.parameters(), lr=lr, fused=True) if config.optimizer == "adam"
-                         else torch.optim.SGD(ddp_model.parameters(), lr=lr, momentum=0.9))
+            optimizer = make_optimizer(config.optimizer, ddp_model.parameters(), lr)
             criterion = torch.nn.CrossEntropyLoss()
-            start = run.begin(model, optimizer, device, control, steps_per_epoch)  # --resume: from here
+            start = run.begin(model, optimizer, device, backend, control, steps_per_epoch)  # --resume: from here
             if distributed:
                 dist.barrier(group=control)  # every rank is ready (its checkpoint loaded): go
             run.settle_ddp_buckets(ddp_model, train_data, criterion)
 
             # 7. The loop. set_epoch: a new shuffle each epoch — forget it and every epoch repeats
-            #    the first one's order. run.steps() also: skips what a resumed run already did, warms
-            #    the lr up, draws rank 0's progress bar, and every 10 steps lets all ranks vote whether
-            #    to stop (a SIGUSR1 anywhere: `dist.all_reduce` of a flag; then `dist.all_gather` of the
-            #    partial losses, rank 0's checkpoint, `dist.barrier`, exit 75).
+            #    the first one's order. run.steps() skips what a resumed run already did and draws
+            #    rank 0's progress bar.
             for epoch in range(start.epoch, config.epochs):
                 sampler.set_epoch(epoch)
                 batches = torch.tensor(list(sampler), device=device).split(config.batch_size)
                 for step in run.steps(epoch, len(batches)):
+                    # The stop vote, every STOP_CHECK_EVERY steps: did any rank get SIGUSR1 (SLURM's
+                    # warning before the time limit)? All ranks must stop at the same step — a rank that
+                    # left alone would leave the others waiting in backward() — so they all-reduce (MAX)
+                    # their flags, on the CPU group.
+                    if step % STOP_CHECK_EVERY == 0:
+                        stop = torch.tensor([1.0 if run.stop.requested else 0.0])
+                        if distributed:
+                            dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=control)
+                        if stop.item() > 0:
+                            preempt(run, env, control, epoch, step)  # checkpoint, then exit 75 (below)
+                    run.set_lr(epoch, step)  # --warmup-steps: the lr of this step
                     images, labels = train_data.batch(batches[step])
                     optimizer.zero_grad(set_to_none=True)
                     loss = criterion(ddp_model(images), labels)
@@ -161,10 +170,32 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
         finally:
             # 10. Leave the process group (its sockets and threads), whatever happened — but after a
             #     lost peer on nccl, abort it: a destroy would wait for the collective stuck on the GPU.
-            if distributed and lost is not None and backend == "nccl":
+            if lost is not None and backend == "nccl":  # (a lost peer: only ever in a group)
                 abort_process_group()
             elif distributed:
                 dist.destroy_process_group()
+
+
+def preempt(run: RunState, env: DistEnv, control, epoch: int, step: int) -> None:
+    """The stop vote said "stop": every rank's partial loss of this epoch (``dist.all_gather``), rank 0's
+    checkpoint where every rank stands, a ``dist.barrier`` so that nobody leaves before it is on disk,
+    then exit 75 (the job script requeues; ``--resume`` continues from this very step)."""
+    mine = torch.tensor(run.epoch_loss(), dtype=torch.float64)  # (loss sum, batches) so far
+    partials = [mine]
+    if env.world_size > 1:
+        partials = [torch.zeros_like(mine) for _ in range(env.world_size)]
+        dist.all_gather(partials, mine, group=control)
+    run.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials])
+    if env.world_size > 1:
+        dist.barrier(group=control)
+    run.preempted(epoch, step)  # raises: exit 75
+
+
+def make_optimizer(kind: str, parameters, lr: float) -> torch.optim.Optimizer:
+    """Adam as the seed (fused: one kernel updates all parameters), or SGD with momentum 0.9."""
+    if kind == "adam":
+        return torch.optim.Adam(parameters, lr=lr, fused=True)
+    return torch.optim.SGD(parameters, lr=lr, momentum=0.9)
 
 
 # --------------------------------------------------------------------------------------

@@ -170,6 +170,168 @@ def _master(environ: Mapping[str, str], world_size: int, master_addr: Optional[s
     return addr, port
 
 
+# ----------------------------------------------------------------------------------------------
+# The launchers, one small detector each: ``detect`` says whether this process was started by it,
+# ``read`` returns where the process stands as (rank, world size, local rank, processes on this
+# node, node rank, nodes). They are asked in the order of LAUNCHERS; the first that detects wins.
+
+@dataclass(frozen=True)
+class Given:
+    """What the caller passed by hand (ipyparallel engines, the per-node parent, tests)."""
+
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    local_rank: Optional[int] = None
+    nproc_per_node: Optional[int] = None
+    node_rank: Optional[int] = None
+    num_nodes: Optional[int] = None
+
+
+def _nodes_for(world_size: int, per_node: int) -> int:
+    return max(1, -(-world_size // per_node)) if world_size > 0 and per_node > 0 else 1
+
+
+class Explicit:
+    """1. Everything given as arguments."""
+
+    scheme = "explicit"
+
+    @staticmethod
+    def detect(environ: Mapping[str, str], given: Given) -> bool:
+        return given.rank is not None or given.world_size is not None
+
+    @staticmethod
+    def read(environ: Mapping[str, str], given: Given) -> tuple:
+        if given.rank is None or given.world_size is None:
+            raise TypeError("give both rank and world_size, or neither")
+        per_node = given.nproc_per_node or given.world_size
+        local_rank = given.rank % per_node if given.local_rank is None else given.local_rank
+        node = given.rank // per_node if given.node_rank is None else given.node_rank
+        return given.rank, given.world_size, local_rank, per_node, node, given.num_nodes or _nodes_for(
+            given.world_size, per_node)
+
+
+class PerNodeParent:
+    """2. The seed's per-node parent (:mod:`ddp_tutorial.spawn`): it passes ``local_rank`` and
+    ``nproc_per_node``; the node comes from ``--node-rank``/``--nnodes`` or one SLURM task per node."""
+
+    scheme = "spawn"
+
+    @staticmethod
+    def detect(environ: Mapping[str, str], given: Given) -> bool:
+        return given.local_rank is not None and given.nproc_per_node is not None
+
+    @staticmethod
+    def read(environ: Mapping[str, str], given: Given) -> tuple:
+        node, nodes = given.node_rank, given.num_nodes
+        if node is None and nodes is None and environ.get(launch_env.SLURM_PROCID, "") != "":
+            node, nodes = _slurm_node_of_parent(environ)
+        node, nodes = (0 if node is None else node), (1 if nodes is None else nodes)
+        if nodes < 1:
+            raise TutorialError("env.world_size", world_size=given.nproc_per_node * nodes)
+        _check_range("env.term_node_rank", node, "env.term_nodes", nodes)
+        rank = given.local_rank + node * given.nproc_per_node
+        return rank, given.nproc_per_node * nodes, given.local_rank, given.nproc_per_node, node, nodes
+
+
+def _slurm_node_of_parent(environ: Mapping[str, str]) -> tuple:
+    """One SLURM task per node runs the per-node parent: its task number is its node."""
+    slurm = _require(environ, "SLURM", [launch_env.SLURM_PROCID, launch_env.SLURM_NPROCS])
+    _agree(environ, slurm[launch_env.SLURM_NPROCS])
+    return slurm[launch_env.SLURM_PROCID], slurm[launch_env.SLURM_NPROCS]
+
+
+def _agree(environ: Mapping[str, str], nprocs: int) -> None:
+    """SLURM_NTASKS and SLURM_NPROCS, where both are set, say the same."""
+    ntasks = env_int(environ, launch_env.SLURM_NTASKS)
+    if ntasks is not None and ntasks != nprocs:
+        raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={ntasks}",
+                                                     b=f"SLURM_NPROCS={nprocs}"))
+
+
+class Torchrun:
+    """3. torchrun: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` (and ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``)."""
+
+    scheme = "torchrun"
+    NAMES = (launch_env.RANK, launch_env.WORLD_SIZE, launch_env.LOCAL_RANK)
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str], given: Given) -> bool:
+        return any(environ.get(name, "") != "" for name in cls.NAMES)
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str], given: Given) -> tuple:
+        values = _require(environ, "torchrun", list(cls.NAMES))
+        rank, world_size, local_rank = (values[name] for name in cls.NAMES)
+        per_node = env_int(environ, launch_env.LOCAL_WORLD_SIZE)
+        if per_node is not None and per_node < 1:
+            raise TutorialError("env.not_a_count", name=launch_env.LOCAL_WORLD_SIZE, value=per_node)
+        per_node = per_node or world_size
+        node = env_int(environ, launch_env.GROUP_RANK)
+        node = rank // per_node if node is None and per_node > 0 else (node or 0)
+        return rank, world_size, local_rank, per_node, node, _nodes_for(world_size, per_node)
+
+
+class Slurm:
+    """4. srun starts every training process, one task per device: ``SLURM_PROCID``, ``SLURM_NTASKS``,
+    ``SLURM_LOCALID``, ``SLURM_NODEID``; the tasks on this node from ``SLURM_TASKS_PER_NODE``."""
+
+    scheme = "slurm"
+    NAMES = (launch_env.SLURM_PROCID, launch_env.SLURM_NTASKS, launch_env.SLURM_LOCALID)
+
+    @staticmethod
+    def detect(environ: Mapping[str, str], given: Given) -> bool:
+        return _slurm_task(environ)
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str], given: Given) -> tuple:
+        rank, world_size, local_rank = (_require(environ, "SLURM", list(cls.NAMES))[name] for name in cls.NAMES)
+        nprocs = env_int(environ, launch_env.SLURM_NPROCS)
+        if nprocs is not None and nprocs != world_size:
+            raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={world_size}",
+                                                         b=f"SLURM_NPROCS={nprocs}"))
+        node = env_int(environ, launch_env.SLURM_NODEID) or 0
+        nodes = next((n for n in map(lambda name: env_int(environ, name), SLURM_NODE_COUNTS) if n), 1)
+        _check_range("env.term_node_rank", node, "env.term_nodes", nodes)
+        spec = environ.get(launch_env.SLURM_STEP_TASKS_PER_NODE) or environ.get(launch_env.SLURM_TASKS_PER_NODE) or ""
+        per_node = _tasks_on_node(spec, node) or max(1, -(-world_size // nodes))
+        return rank, world_size, local_rank, per_node, node, nodes
+
+
+# Where SLURM writes the number of nodes: the step's, else the job's (two spellings).
+SLURM_NODE_COUNTS = (launch_env.SLURM_STEP_NUM_NODES, launch_env.SLURM_JOB_NUM_NODES, launch_env.SLURM_NNODES)
+
+
+class Single:
+    """5. None of these: one process, world size 1."""
+
+    scheme = "single"
+
+    @staticmethod
+    def detect(environ: Mapping[str, str], given: Given) -> bool:
+        return True
+
+    @staticmethod
+    def read(environ: Mapping[str, str], given: Given) -> tuple:
+        return 0, 1, 0, 1, 0, 1
+
+
+LAUNCHERS = (Explicit, PerNodeParent, Torchrun, Slurm, Single)
+
+
+def _check_placement(rank: int, world_size: int, local_rank: int, per_node: int) -> None:
+    """What every launcher's numbers must satisfy, whoever wrote them."""
+    if world_size < 1:
+        raise TutorialError("env.world_size", world_size=world_size)
+    _check_range("env.term_rank", rank, "env.term_world_size", world_size)
+    if per_node < 1:
+        raise TutorialError("env.world_size", world_size=per_node)
+    _check_range("env.term_local_rank", local_rank, "env.term_per_node", per_node)
+    if per_node > world_size:
+        raise TutorialError("env.disagree", detail=t("env.detail.per_node", per_node=per_node,
+                                                     world_size=world_size))
+
+
 def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = None,
                         local_rank: Optional[int] = None, nproc_per_node: Optional[int] = None,
                         node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
@@ -177,75 +339,11 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
                         environ: Optional[Mapping[str, str]] = None) -> DistEnv:
     """Rank, local rank, world size, node and master address/port of this process (see module doc)."""
     environ = os.environ if environ is None else environ
-
-    if rank is not None or world_size is not None:  # 1. explicit
-        if rank is None or world_size is None:
-            raise TypeError("give both rank and world_size, or neither")
-        scheme = "explicit"
-        local_world_size = nproc_per_node or world_size
-        local_rank = rank % local_world_size if local_rank is None else local_rank
-        num_nodes = num_nodes or max(1, -(-world_size // local_world_size))
-        node_rank = rank // local_world_size if node_rank is None else node_rank
-    elif local_rank is not None and nproc_per_node is not None:  # 2. the seed's per-node parent
-        scheme = "spawn"
-        if node_rank is None and num_nodes is None and environ.get(launch_env.SLURM_PROCID, "") != "":
-            slurm = _require(environ, "SLURM", [launch_env.SLURM_PROCID, launch_env.SLURM_NPROCS])
-            ntasks = env_int(environ, launch_env.SLURM_NTASKS)
-            if ntasks is not None and ntasks != slurm[launch_env.SLURM_NPROCS]:
-                raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={ntasks}",
-                                                             b=f"SLURM_NPROCS={slurm['SLURM_NPROCS']}"))
-            node_rank, num_nodes = slurm[launch_env.SLURM_PROCID], slurm[launch_env.SLURM_NPROCS]
-        node_rank = 0 if node_rank is None else node_rank
-        num_nodes = 1 if num_nodes is None else num_nodes
-        local_world_size = nproc_per_node
-        world_size = nproc_per_node * num_nodes
-        if num_nodes < 1:
-            raise TutorialError("env.world_size", world_size=world_size)
-        _check_range("env.term_node_rank", node_rank, "env.term_nodes", num_nodes)
-        rank = local_rank + node_rank * nproc_per_node
-    elif any(environ.get(n, "") != "" for n in (launch_env.RANK, launch_env.WORLD_SIZE,
-                                                 launch_env.LOCAL_RANK)):  # 3. torchrun
-        scheme = "torchrun"
-        values = _require(environ, "torchrun", [launch_env.RANK, launch_env.WORLD_SIZE, launch_env.LOCAL_RANK])
-        rank, world_size = values[launch_env.RANK], values[launch_env.WORLD_SIZE]
-        local_rank = values[launch_env.LOCAL_RANK]
-        local_world_size = env_int(environ, launch_env.LOCAL_WORLD_SIZE)
-        if local_world_size is not None and local_world_size < 1:
-            raise TutorialError("env.not_a_count", name=launch_env.LOCAL_WORLD_SIZE, value=local_world_size)
-        local_world_size = local_world_size or world_size
-        num_nodes = max(1, -(-world_size // local_world_size)) if world_size > 0 else 1
-        node_rank = env_int(environ, launch_env.GROUP_RANK)
-        node_rank = rank // local_world_size if node_rank is None and local_world_size > 0 else (node_rank or 0)
-    elif _slurm_task(environ):  # 4. SLURM
-        scheme = "slurm"
-        values = _require(environ, "SLURM",
-                          [launch_env.SLURM_PROCID, launch_env.SLURM_NTASKS, launch_env.SLURM_LOCALID])
-        rank, world_size = values[launch_env.SLURM_PROCID], values[launch_env.SLURM_NTASKS]
-        local_rank = values[launch_env.SLURM_LOCALID]
-        nprocs = env_int(environ, launch_env.SLURM_NPROCS)
-        if nprocs is not None and nprocs != world_size:
-            raise TutorialError("env.disagree", detail=t("env.detail.but", a=f"SLURM_NTASKS={world_size}",
-                                                         b=f"SLURM_NPROCS={nprocs}"))
-        node_rank = env_int(environ, launch_env.SLURM_NODEID) or 0
-        num_nodes = (env_int(environ, launch_env.SLURM_STEP_NUM_NODES)
-                     or env_int(environ, launch_env.SLURM_JOB_NUM_NODES)
-                     or env_int(environ, launch_env.SLURM_NNODES) or 1)
-        _check_range("env.term_node_rank", node_rank, "env.term_nodes", num_nodes)
-        spec = environ.get(launch_env.SLURM_STEP_TASKS_PER_NODE) or environ.get(launch_env.SLURM_TASKS_PER_NODE) or ""
-        local_world_size = _tasks_on_node(spec, node_rank) or max(1, -(-world_size // num_nodes))
-    else:  # 5. one process
-        scheme = "single"
-        rank, world_size, local_rank, local_world_size, node_rank, num_nodes = 0, 1, 0, 1, 0, 1
-
-    if world_size < 1:
-        raise TutorialError("env.world_size", world_size=world_size)
-    _check_range("env.term_rank", rank, "env.term_world_size", world_size)
-    if local_world_size < 1:
-        raise TutorialError("env.world_size", world_size=local_world_size)
-    _check_range("env.term_local_rank", local_rank, "env.term_per_node", local_world_size)
-    if local_world_size > world_size:
-        raise TutorialError("env.disagree", detail=t("env.detail.per_node", per_node=local_world_size,
-                                                     world_size=world_size))
+    given = Given(rank, world_size, local_rank, nproc_per_node, node_rank, num_nodes)
+    launcher = next(launcher for launcher in LAUNCHERS if launcher.detect(environ, given))
+    rank, world_size, local_rank, per_node, node_rank, num_nodes = launcher.read(environ, given)
+    _check_placement(rank, world_size, local_rank, per_node)
     addr, port = _master(environ, world_size, master_addr, master_port)
-    return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=local_world_size,
-                   node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port, scheme=scheme)
+    return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=per_node,
+                   node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port,
+                   scheme=launcher.scheme)

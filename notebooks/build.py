@@ -93,6 +93,9 @@ def shown(path: Path) -> str:
 def read_source(path: Path) -> str:
     """The text of a source file; a clear error when it is not UTF-8 text."""
     data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):  # N01: some editors write one; it would read as text before the first block
+        raise SourceError(f"{shown(path)}:1: the file starts with a byte-order mark (BOM); save it as UTF-8 "
+                          f"without BOM")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

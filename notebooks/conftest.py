@@ -15,3 +15,4 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if str(item.fspath).endswith(".ipynb"):
             item.add_marker(pytest.mark.notebooks)
+            item.add_marker(pytest.mark.slow)   # the fast tier (-m "not slow") leaves the notebooks out

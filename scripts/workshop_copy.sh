@@ -9,14 +9,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lang=$1 work=$2 reset=${3:-}
+if [ -e "$work" ] && [ ! -d "$work" ]; then
+  if [ "$lang" = tr ]; then echo "!! $work bir dizin değil, dosya: taşıyın ya da DDP_TUTORIAL_WORK ile başka bir yer seçin" >&2
+  else echo "!! $work is a file, not a folder: move it away, or choose another place with DDP_TUTORIAL_WORK" >&2; fi
+  exit 2
+fi
 if [ "$reset" = --reset ] && [ -d "$work" ]; then
-  backup=$work.backup-$(date +%Y%m%d-%H%M%S)
-  mv "$work" "$backup"
+  backup=$work.backup-$(date +%Y%m%d-%H%M%S) n=1
+  while [ -e "$backup" ]; do n=$((n + 1)); backup=$work.backup-$(date +%Y%m%d-%H%M%S)-$n; done  # two resets in one second
+  mv -T "$work" "$backup"
   if [ "$lang" = tr ]; then echo "== --reset: önceki kopya ${backup#"$PWD"/} olarak saklandı"
   else echo "== --reset: the previous copy is kept in ${backup#"$PWD"/}"; fi
 fi
 if [ ! -d "$work" ]; then
-  mkdir -p "$work.partial"
-  cp notebooks/"$lang"/*.ipynb "$work.partial"/
-  mv "$work.partial" "$work"                  # complete or absent, never half a copy
+  mkdir -p "$(dirname "$work")"
+  partial=$(mktemp -d "$work.partial.XXXXXX")   # each start its own: two first starts at once never mix
+  cp notebooks/"$lang"/*.ipynb "$partial"/
+  chmod "$(printf %o $((0777 & ~0$(umask))))" "$partial"   # mktemp's 0700: the umask decides, as mkdir would
+  # complete or absent, never half a copy; where another start won the race, its copy stays and ours goes
+  mv -T "$partial" "$work" 2>/dev/null || rm -rf "$partial"
 fi

@@ -54,3 +54,29 @@ def slurm_cluster():
     finally:
         lab.stop()
 # ===== SLURM test cluster — end ==============================================================
+
+
+# ===== The fast tier =========================================================================
+# `bash scripts/test.sh -m "not slow"` is what a developer runs before a change. Slow: the SLURM lab, the browser,
+# the exercise modules (they start engines) — by marker — and every test that took 10 s or more in a full run
+# on the 2-core CI machine (`--durations`, printed by scripts/test.sh): SLOW_TESTS, file::name without
+# parameters. The notebooks are slow too (notebooks/conftest.py).
+SLOW_MARKERS = ("slurm", "browser", "exercises")
+SLOW_TESTS_FILE = Path(__file__).resolve().parent / "slow_tests.txt"
+
+
+def _slow_tests() -> set:
+    if not SLOW_TESTS_FILE.exists():
+        return set()
+    lines = SLOW_TESTS_FILE.read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(items):
+    slow = _slow_tests()
+    for item in items:
+        if str(item.fspath).endswith(".ipynb"):
+            continue
+        base = item.nodeid.split("[")[0].removeprefix("tests/")
+        if base in slow or any(item.get_closest_marker(name) for name in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)

@@ -219,3 +219,54 @@ def test_a_full_disk_is_named(tmp_path):
                          env=dict(os.environ, DDP_TUTORIAL_LANG="en"))
     assert "disk is full" in out.stdout, out.stdout + out.stderr
     assert not list(folder.glob(".checkpoint-*"))
+
+
+def test_ck03_a_fifo_renamed_over_the_checkpoint_after_its_check_never_blocks_the_load(tmp_path):
+    """CK03 (round 4): `_regular_or_absent` stat()ed a regular file, then torch.load opened the named pipe
+    another process had renamed into place meanwhile, and blocked for ever. Here a thread swaps a FIFO
+    and a good checkpoint over checkpoint.pt as fast as it can while a child loads 200 times."""
+    import threading
+    target = tmp_path / ckpt.CHECKPOINT_NAME
+    good, pipe = tmp_path / "good.pt", tmp_path / "pipe"
+    torch.save(_state(), good)
+    stop = threading.Event()
+
+    def swap():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            if n % 2:
+                os.mkfifo(pipe)
+                os.replace(pipe, target)
+            else:
+                shutil.copyfile(good, tmp_path / "copy.pt")
+                os.replace(tmp_path / "copy.pt", target)
+
+    def loads():
+        for _ in range(200):
+            try:
+                ckpt.load_checkpoint(tmp_path, EXPECT)
+            except TutorialError as error:
+                assert error.key == "ckpt_guard.not_regular", error.key
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        assert _in_child(loads, 30) == "returned"
+    finally:
+        stop.set()
+        swapper.join()
+
+
+def test_o02_a_checkpoint_from_before_optimizer_was_recorded_is_adams(tmp_path, monkeypatch):
+    """O02 (round 4): a checkpoint without optimizer_kind (written before --optimizer existed; Adam)
+    resumed with --optimizer sgd was accepted and failed at the first step: KeyError: 'momentum'."""
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+    old = _state()
+    del old["optimizer_kind"]
+    torch.save(old, tmp_path / ckpt.CHECKPOINT_NAME)
+    with pytest.raises(TutorialError) as caught:
+        ckpt.load_checkpoint(tmp_path, dict(EXPECT, optimizer_kind="sgd"))
+    assert caught.value.key == "ckpt.changed" and "optimizer_kind=adam" in str(caught.value)
+    assert "--optimizer" in str(caught.value)
+    assert ckpt.load_checkpoint(tmp_path, EXPECT)["epoch"] == 1  # resumed with Adam, as it was made

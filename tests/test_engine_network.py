@@ -36,6 +36,16 @@ def test_the_interface_rule_on_this_machine():
     assert not remote.own_address(None).startswith("127.")
 
 
+def test_the_interface_rule_never_chooses_loopback():
+    """Review N9: rank 0 on loopback (127.*, or a name that resolves there) is never an interface for
+    gloo/NCCL: the other nodes cannot reach it there; gloo/NCCL choose instead."""
+    for address in ("127.0.0.1", "127.0.1.1", "localhost"):
+        assert remote.interface_for(address) is None, address
+    name = socket.gethostname()
+    if socket.gethostbyname(name).startswith("127."):   # as on this machine (and Debian's /etc/hosts)
+        assert remote.interface_for(name) is None
+
+
 def test_engines_set_gloo_and_nccl_interfaces_unless_set():
     name, address = _non_loopback_address()
     code = ("import os, sys; from ddp_tutorial.ipp import remote; r = remote.use_interface(sys.argv[1]); "

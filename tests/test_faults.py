@@ -666,3 +666,43 @@ def test_a_launcher_stopped_by_sigterm_says_so_and_blames_no_rank(mnist_root):
     while _session_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _session_members(proc.pid), "training processes outlived their launcher"
+
+
+def test_sigusr1_after_the_result_is_written_does_not_kill_a_finished_run(mnist_root, tmp_path):
+    """SG07 (round 4): SLURM's SIGUSR1 arriving while a finished one-process `python -m ddp_tutorial.train`
+    tears its interpreter down killed it (rc 138 in 11 of 14 tries): the sbatch scripts then requeue a job
+    that had finished. Here SIGUSR1 is sent every few milliseconds from "result written" to the exit."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DDP_TUTORIAL_LANG="en")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_JOB_ID"):
+        env.pop(name, None)
+    for attempt in range(2):
+        extra = ("--train-subset", "256", "--checkpoint-dir", str(tmp_path / f"ck{attempt}"),
+                 "--json", str(tmp_path / f"r{attempt}.json"))
+        proc = subprocess.Popen([sys.executable, "-m", "ddp_tutorial.train", *train_args(mnist_root, 1, *extra)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output = []
+        for line in proc.stdout:
+            output.append(line)
+            if "result written" in line:
+                break
+        while proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGUSR1)
+            except ProcessLookupError:
+                break
+            time.sleep(0.002)
+        output.append(proc.stdout.read())
+        proc.wait(timeout=60)
+        assert proc.returncode == 0, (proc.returncode, "".join(output))
+        assert json.loads((tmp_path / f"r{attempt}.json").read_text())
+
+
+@pytest.mark.slow  # two trainings start (≈14 s on 2 shared cores)
+def test_epochs_0_without_a_checkpoint_says_so_without_naming_one(mnist_root, tmp_path):
+    """R01 (round 4): `--epochs 0` with no checkpoint said "The checkpoint in None has 0 epoch(s) done"."""
+    for lang, words in (("en", "--epochs is 0: there is nothing to train"), ("tr", "eğitilecek bir şey yok")):
+        done = subprocess.run([sys.executable, "-m", "ddp_tutorial.train", *train_args(mnist_root, 0)],
+                              env=dict(os.environ, DDP_TUTORIAL_LANG=lang), capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert done.returncode == 0 and words in done.stdout, done.stdout + done.stderr
+        assert "None" not in done.stdout

@@ -187,3 +187,57 @@ def test_asking_for_gpus_on_a_node_this_torch_cannot_use_says_why(tmp_path):
     assert report.returncode == 1
     assert t("gpu.report_gpu", lang, index=1, name="Tesla V100-SXM2-32GB", capability="7.0") in report.stdout
     assert t("gpu.report_driver", lang, driver="535.104.05", source="nvidia-smi") in report.stdout
+
+
+def test_gpu_choose_survives_non_utf8_bytes_from_nvidia_smi(tmp_path):
+    """G03 (round 4): one line of nvidia-smi's output that is not UTF-8 was a UnicodeDecodeError traceback
+    in `gpu choose`, and scripts/setup.sh stopped at its first question."""
+    tool = tmp_path / "nvidia-smi"
+    tool.write_bytes(b"#!/bin/sh\nprintf 'NVIDIA H200, 9.0, 580.65.06\\n'\n"
+                     b"printf 'GPU \\377\\376 odd, 9.0, 580.65.06\\n'\n")
+    tool.chmod(0o755)
+    import os
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "DDP_TUTORIAL_LANG": "en"}
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu", "choose"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4 and "sm_90" in lines[3], done.stdout
+
+
+@pytest.mark.parametrize("script, words", [
+    ("exec sleep 60", "did not answer within 1 s"),                                     # G04: a hanging nvidia-smi
+    ("echo 'Tesla P100-PCIE-16GB, [N/A], 470.82.01'", "gave no compute capability"),   # G02: an old one
+])
+def test_gpu_choose_never_says_no_gpu_when_nvidia_smi_hung_or_is_too_old(tmp_path, monkeypatch, script, words):
+    """G02/G04 (round 4): a hanging nvidia-smi (30 s, silent) or one that cannot report compute_cap was
+    read as "this machine shows no GPU" — false on a GPU node."""
+    import os
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\n{script}\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(gpu, "SMI_TIMEOUT", 1)
+    for lang in ("en", "tr"):
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        gpus, driver, _ = gpu.node_facts()
+        message = gpu.choose(None, gpus, driver).message()
+        assert "shows no GPU" not in message and "GPU görünmüyor" not in message, message
+        if lang == "en":
+            assert words in message and "nvidia-smi" in message, message
+            assert "470.82.01" in message or "sleep" in script, message
+
+
+def test_a_build_asked_by_name_that_the_site_cannot_run_is_named(monkeypatch):
+    """G06 (round 4): DDP_TUTORIAL_SITE=truba with --cuda cu130 said "the cu130 build, as asked" and dropped
+    the site silently, although TRUBA's P100/V100 partitions cannot run cu130."""
+    for lang, words in (("en", "does not run on every GPU partition of truba"), ("tr", "her GPU kuyruğunda çalışmaz")):
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        choose = [sys.executable, "-m", "ddp_tutorial.gpu", "choose", "--site", "truba", "--cuda", "cu130"]
+        done = subprocess.run(choose, capture_output=True, text=True, timeout=120, cwd=REPO)
+        lines = done.stdout.splitlines()
+        assert done.returncode == 0 and lines[0] == "cu130" and words in lines[3] and "cu126" in lines[3], done.stdout
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu", "choose", "--site", "truba", "--cuda", "cu126"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env={**__import__("os").environ,
+                                                                                      "DDP_TUTORIAL_LANG": "en"})
+    assert "as asked (--cuda cu126)." in done.stdout and "partition" not in done.stdout

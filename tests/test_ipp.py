@@ -180,6 +180,20 @@ def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines
     err = capsys.readouterr().err
     assert "work 0: 100%|" in err and "7/7" in err and "work 1" not in err, err
 
+    def quick_then_slow(env):  # a bar that starts and ends between two looks of the kernel (0.2 s)
+        import time
+
+        from tqdm.auto import tqdm
+        for _ in tqdm(range(3), desc="quick"):
+            pass
+        for _ in tqdm(range(2), desc="slow"):
+            time.sleep(0.3)
+        return env.rank
+
+    assert ipp.run(quick_then_slow, n=2) == [0, 1]
+    err = capsys.readouterr().err
+    assert "quick: 100%|" in err and "3/3" in err and "slow: 100%|" in err and "2/2" in err, err
+
 
 GUARDED_KERNEL = """
 import subprocess, sys, time

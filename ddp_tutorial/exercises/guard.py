@@ -112,17 +112,17 @@ def _owners() -> list:
     return modules
 
 
-class KernelState:
-    """What a check saves before the attendee's code runs and puts back after it: every function and
-    class of torch's modules (``torch.randperm``), of ``Tensor``/``Module``/``DistributedSampler``/
-    ``DataLoader``, of ``math``/``random``/``builtins`` and of this package; the random generators
-    (torch's, CUDA's once started, Python's, numpy's); torch's default dtype and grad mode; the
-    environment (``os.environ``)."""
+class RuntimeState:
+    """What an attempt can change besides functions, saved before it and put back after it: the random
+    generators (torch's, CUDA's once started, Python's, numpy's), torch's default dtype and grad mode
+    (``torch.set_grad_enabled(False)`` must not outlive the attempt), the environment (``os.environ``),
+    the working directory (``os.chdir``) and ``sys.stdout``/``sys.stderr`` (replaced, every later print
+    — the check's own sentence too — would go there). Used in the kernel (:class:`KernelState`) and on
+    the engines kept between checks."""
 
     def __init__(self):
         import torch
         self.torch = torch
-        self.saved = [(label, owner, dict(vars(owner))) for label, owner in _owners()]
         self.rng = torch.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.python = __import__("random").getstate()
@@ -130,11 +130,15 @@ class KernelState:
         self.numpy = numpy.random.get_state() if numpy is not None else None
         self.dtype, self.grad = torch.get_default_dtype(), torch.is_grad_enabled()
         self.environ = dict(os.environ)
+        try:
+            self.cwd: Optional[str] = os.getcwd()
+        except OSError:  # the folder was removed under us: nothing to go back to
+            self.cwd = None
+        self.stdout, self.stderr = sys.stdout, sys.stderr
 
-    def restore(self) -> list:
-        """Put it all back; return the names of the functions and classes that had been replaced."""
+    def restore(self) -> None:
         torch = self.torch
-        replaced = [f"{label}.{name}" for label, owner, saved in self.saved for name in put_back(owner, saved)]
+        sys.stdout, sys.stderr = self.stdout, self.stderr
         torch.set_rng_state(self.rng)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
@@ -146,20 +150,47 @@ class KernelState:
         if dict(os.environ) != self.environ:
             os.environ.clear()
             os.environ.update(self.environ)
+        if self.cwd is not None:
+            try:
+                if os.getcwd() != self.cwd:
+                    os.chdir(self.cwd)
+            except OSError:
+                try:
+                    os.chdir(self.cwd)
+                except OSError:
+                    pass
+
+
+class KernelState:
+    """What a check saves before the attendee's code runs and puts back after it: every function and
+    class of torch's modules (``torch.randperm``), of ``Tensor``/``Module``/``DistributedSampler``/
+    ``DataLoader``, of ``math``/``random``/``builtins`` and of this package; and everything
+    :class:`RuntimeState` saves (the random generators, torch's default dtype and grad mode, the
+    environment, the working directory, ``sys.stdout``/``sys.stderr``)."""
+
+    def __init__(self):
+        self.saved = [(label, owner, dict(vars(owner))) for label, owner in _owners()]
+        self.runtime = RuntimeState()
+
+    def restore(self) -> list:
+        """Put it all back; return the names of the functions and classes that had been replaced."""
+        replaced = [f"{label}.{name}" for label, owner, saved in self.saved for name in put_back(owner, saved)]
+        self.runtime.restore()
         return replaced
 
 
 _ABSENT = object()
 
 
-def put_back(owner: Any, saved: dict, ignore: Callable[[Any], bool] = lambda value: False) -> list:
+def put_back(owner: Any, saved: dict, ignore: Callable[[Any, Any], bool] = lambda value, old: False) -> list:
     """Put back the functions and classes of ``owner`` (a module or a class) that were replaced or
     deleted since ``saved = dict(vars(owner))``, and remove the methods added to a class (they would
-    override inherited ones); return their names. A new value for which ``ignore(value)`` holds is
-    left (on the engines: torch's own doing, it wraps a few functions on first use)."""
+    override inherited ones); return their names. A new value for which ``ignore(value, old)`` holds
+    (``old``: the saved value, or None) is left (on the engines: torch's own doing, it wraps a few
+    functions on first use)."""
     now, names = dict(vars(owner)), []
     for name, value in now.items():
-        if saved.get(name, _ABSENT) is value or ignore(value):
+        if saved.get(name, _ABSENT) is value or ignore(value, saved.get(name)):
             continue
         if name in saved and callable(saved[name]):
             setattr(owner, name, saved[name])
@@ -215,6 +246,19 @@ def guarded(bound: Optional[float]):
             return previous(signum, frame)
         raise Stop("ex.why_time_up", seconds=bound)
 
+    # A second alarm from a thread, a second after the bound: an attempt that cancels the interval timer
+    # (signal.setitimer(ITIMER_REAL, 0), signal.alarm(0)) is stopped all the same (X22).
+    finishing = threading.Lock()
+    over = []
+
+    def backup() -> None:
+        with finishing:
+            if not over:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+
+    second = threading.Timer(bound + 1.0, backup) if timer and not outer_first else None
+    if second is not None:
+        second.daemon = True
     StopButton.pressed = False
     try:
         if main:
@@ -224,9 +268,15 @@ def guarded(bound: Optional[float]):
         if timer:
             signal.signal(signal.SIGALRM, ring)
             signal.setitimer(signal.ITIMER_REAL, min(bound, left) if left else bound)
+        if second is not None:
+            second.start()
         yield
     finally:
         try:  # the one-shot timer may ring here, once: what follows runs all the same
+            if second is not None:
+                with finishing:
+                    over.append(True)
+                second.cancel()
             if timer:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         finally:

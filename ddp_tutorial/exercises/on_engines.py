@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..i18n import number
 from .core import Exercise, WrongAnswer, error_report, fail, raise_if_failed
-from .guard import as_number, put_back, shown
+from .guard import RuntimeState, as_number, put_back, shown
 from .watch import Watch
 
 
@@ -51,17 +51,35 @@ def _guarded(env, worker, fn, *args):
     owners += [(f"torch.{c.__name__}", c) for c in (torch.Tensor, torch.nn.Module)]
     owners += [("DistributedDataParallel", DistributedDataParallel)]
     before = [(label, owner, dict(vars(owner))) for label, owner in owners]
+    state = RuntimeState()  # grad mode, dtype, generators, environment, folder, stdout: the next check's too
     try:
         result = worker(env, fn, *args)
     finally:
-        replaced = [f"{label}.{name}" for label, owner, saved in before
-                    for name in put_back(owner, saved, ignore=_from_torch)]
+        try:
+            replaced = [f"{label}.{name}" for label, owner, saved in before
+                        for name in put_back(owner, saved, ignore=_torch_rewrapped)]
+        finally:
+            state.restore()
     return result, replaced
 
 
-def _from_torch(value) -> bool:
+def _torch_rewrapped(value, old) -> bool:
+    """torch's own doing, left in place: a torch function that wraps the saved one (torch wraps a few
+    functions on first use, e.g. ``torch.manual_seed``), or one torch added. Any other change is put
+    back — a different torch function included (``dist.all_reduce = dist.broadcast``)."""
     module = getattr(value, "__module__", None)
-    return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
+    if not (isinstance(module, str) and (module == "torch" or module.startswith("torch."))):
+        return False
+    if old is None:  # a name torch added
+        return True
+    inner = value
+    for _ in range(8):  # the chain of functools.wraps
+        inner = getattr(inner, "__wrapped__", None)
+        if inner is None:
+            return False
+        if inner is old:
+            return True
+    return False
 
 
 def _small_model():
@@ -264,12 +282,15 @@ def _on_engine_eval(env, fn):
     number = as_number(got)  # strict: a str or a tensor of several values is not an accuracy
     got = None if got is None else number if number is not None else shown(got)
     return {"got": got, "want": want, "wrapper": seen["wrapper"], "grad": any(seen["grad"]),
-            "calls": len(seen["grad"])}
+            "calls": len(seen["grad"]), "grad_left_off": not torch.is_grad_enabled()}
 
 
 def _grade_eval(fn):
     results = distributed(_on_engine_eval, fn)
     first = results[0]
+    for rank, result in enumerate(results):
+        if result.get("grad_left_off"):  # torch.set_grad_enabled(False): the next training step would fail
+            fail("ex.evaluate_rank0.grad_left_off", rank=rank)
     for rank, result in enumerate(results[1:], start=1):
         if result["got"] is not None or result["calls"]:
             fail("ex.evaluate_rank0.other_rank", rank=rank)

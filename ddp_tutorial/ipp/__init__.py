@@ -11,8 +11,9 @@ process that runs whatever function the notebook sends it. This package
 2. tells each engine who it is — rank, local rank, world size, device, and a free
    ``MASTER_PORT`` — through :func:`ddp_tutorial.whoami.resolve_environment`; ranks
    follow the engines' order explicitly (engine ids need not be 0 … N−1 in order);
-3. runs the package's :func:`ddp_tutorial.train.train` on every engine (:func:`train`), or
-   any function inside a process group (:func:`run`); what runs on the engines is in :mod:`.remote`;
+3. runs the package's :func:`ddp_tutorial.train.train` on every engine (:func:`train`), any function
+   as torchrun would run it or inside a ready process group (:func:`run`), or a script file
+   (:func:`run_script`); what runs on the engines is in :mod:`.remote`;
 4. streams rank 0's output and progress bar into the notebook while it waits (:mod:`.runner`,
    :mod:`.progress`), and returns the per-rank results in rank order;
 5. stops the engines afterwards unless asked to keep them (``keep=True``); a watchdog ends them
@@ -37,15 +38,16 @@ from __future__ import annotations
 import atexit
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..config import TrainConfig
+from ..i18n import TutorialError
 from . import local, remote, runner
 from . import slurm as _slurm_engines
 from .engines import EngineSet, check_kernel_has_no_cuda, current, stop, stop_silently
 from .local import gpu_count
 
-__all__ = ["EngineSet", "check_kernel_has_no_cuda", "current", "gpu_count", "run", "start", "start_slurm",
+__all__ = ["EngineSet", "check_kernel_has_no_cuda", "current", "gpu_count", "run", "run_script", "start", "start_slurm",
            "stop", "train", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 3600.0  # wall-clock bound of one train() call (seconds); None: no bound
@@ -57,8 +59,10 @@ def start(n: Optional[int] = None, device: str = "auto") -> EngineSet:
     """Start ``n`` local engines, or reuse the running ones when there are enough.
 
     ``n`` defaults to the number of GPUs, or 2 CPU engines where there is none.
-    ``device``: ``auto`` (GPUs when there are any), ``cuda`` or ``cpu``. Engines kept from
-    :func:`start_slurm` are used instead when there are any.
+    ``device``: ``auto`` (one engine per GPU when there are at least ``n`` GPUs, else CPU engines, said
+    in one line: a 0- or 1-GPU session runs every notebook), ``cuda`` (refused with too few GPUs, naming
+    the call that works) or ``cpu``. CPU engines see no GPU (``CUDA_VISIBLE_DEVICES`` is empty for them).
+    Engines kept from :func:`start_slurm` are used instead when there are any.
     """
     check_kernel_has_no_cuda()
     kept = current()
@@ -97,17 +101,116 @@ def train(config: Optional[TrainConfig] = None, n: Optional[int] = None, keep: b
     return runner.launch(engines, n, keep, timeout, lambda place: (remote.train_on_engine, (config, place)))
 
 
-def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, backend: str = "gloo",
-        timeout: Optional[float] = 300.0, pg_timeout: float = 60.0, **kwargs) -> list:
-    """Run ``function(env, *args, **kwargs)`` on ``n`` engines inside one process group and
-    return its results in rank order. ``env`` is the engine's
-    :class:`~ddp_tutorial.whoami.DistEnv` (``env.rank``, ``env.world_size`` …).
+def notebook_style(function: Callable) -> bool:
+    """The rule of ``group=None``: a function whose first parameter is named ``env`` (every function of
+    the notebooks, the exercises and 08's ``train_ddp``) is a notebook function; any other function is
+    torchrun-style."""
+    import inspect
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return bool(parameters) and parameters[0].name == "env" and parameters[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
-    ``function`` is sent to the engines: import inside it what it needs (``import torch``),
-    since the engines are other processes with their own namespaces. ``backend``: ``gloo``
-    (default; CPU tensors) or ``nccl`` (CUDA tensors, GPU engines only).
+
+def _takes_env(function: Callable) -> bool:
+    """Can ``function(env, ...)`` be called (a first positional parameter, or ``*args``)?"""
+    import inspect
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters)
+
+
+def _reads_slurm_names(function: Callable) -> bool:
+    """Does the function's source read srun's names (SLURM_PROCID …) rather than only torchrun's?"""
+    import inspect
+    import textwrap
+    from ..script_check import read_source
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
+    return read_source(textwrap.dedent(source)).convention in ("slurm", "either")
+
+
+def _checked_output(output: str) -> str:
+    if output not in runner.OUTPUTS:
+        raise TutorialError("ipp.bad_output", output=output, choices=", ".join(runner.OUTPUTS))
+    return output
+
+
+def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, backend: str = "gloo",
+        timeout: Optional[float] = 300.0, pg_timeout: float = 60.0, group: Optional[bool] = None,
+        argv: Optional[Sequence[str]] = None, slurm_names: Optional[bool] = None, output: str = "rank0",
+        device: str = "auto", **kwargs) -> list:
+    """Run ``function`` on ``n`` engines as one distributed run and return its results in rank order.
+
+    Every engine gets what torchrun gives each process: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port, chosen for this call); with
+    ``slurm_names=True`` also srun's ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` … (default: when
+    the function's source reads them, :mod:`ddp_tutorial.script_check`).
+    ``argv``: the function's ``sys.argv`` (e.g. ``["train.py", "--epochs=1"]``; default: the engine's).
+    All of it is put back on the engines afterwards.
+
+    Two modes (``group``):
+
+    * ``group=False`` — **torchrun's**: ``function(*args, **kwargs)``, no process group made for it: it
+      calls ``dist.init_process_group(...)`` and ``destroy_process_group()`` itself, exactly as under
+      ``torchrun`` (a group it leaves open is destroyed after it);
+    * ``group=True`` — **the notebooks'**: the process group (``backend``, ``pg_timeout`` seconds) is made
+      first and ``function(env, *args, **kwargs)`` runs inside it; ``env`` is the engine's
+      :class:`~ddp_tutorial.whoami.DistEnv` (``env.rank``, ``env.world_size`` …);
+    * ``group=None`` (default) — ``True`` when the function's first parameter is named ``env`` (every
+      function of the notebooks), else ``False`` (:func:`notebook_style`).
+
+    ``output``: whose prints are shown here while it runs: ``rank0`` (default), ``all`` (``[rank r]``
+    before each line) or ``none``. ``function`` is sent to the engines: import inside it what it needs
+    (``import torch``); a helper it calls must be importable there too (a module, not the notebook).
+    ``backend``: ``gloo`` (default; CPU tensors) or ``nccl`` (CUDA tensors, GPU engines only).
+    ``device``: the engines, as for :func:`start`: ``auto`` (one per GPU when there are ``n`` GPUs, else CPU
+    engines, said in one line), ``cuda`` or ``cpu`` (e.g. ``ipp.run(f, n=2, device="cpu")``).
     """
     check_kernel_has_no_cuda()
-    engines = start(n)
+    output = _checked_output(output)
+    in_group = notebook_style(function) if group is None else bool(group)
+    if in_group and not _takes_env(function):
+        raise TutorialError("ipp.group_needs_env", name=getattr(function, "__name__", repr(function)))
+    argv = None if argv is None else [str(a) for a in argv]
+    if slurm_names is None:
+        slurm_names = _reads_slurm_names(function)
+    engines = start(n, "cuda" if in_group and backend == "nccl" and device == "auto" else device)
     return runner.launch(engines, n, keep, timeout,
-                         lambda place: (remote.run_on_engine, (function, args, kwargs, backend, pg_timeout, place)))
+                         lambda place: (remote.run_on_engine, (function, args, kwargs, backend, pg_timeout, place,
+                                                               in_group, argv, slurm_names)), output=output)
+
+
+def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bool = False,
+               timeout: Optional[float] = 3600.0, output: str = "rank0",
+               slurm_names: Optional[bool] = None, device: str = "auto") -> list:
+    """Run the DDP script file ``path`` on ``n`` engines as ``torchrun --nproc-per-node n path args…``
+    would: on every engine ``__name__ == "__main__"``, ``sys.argv == [path, *args]``, the launcher's
+    variables of :func:`run` set, no process group made for it. Returns one ``None`` per rank; a rank
+    whose script raises or exits with a code other than 0 fails the run (naming the rank and the code).
+
+    ``output``: ``rank0`` (default), ``all`` or ``none``, as for :func:`run`. ``slurm_names``: also set
+    srun's names (``SLURM_PROCID`` …); default: when the script reads them (:mod:`ddp_tutorial.script_check`).
+    A script that starts its own processes per node (``mp.spawn``, the seed's parent) is refused: run it
+    with ``python`` on one machine, or with ``slurm render --template per-gpu --nproc-per-node 1``.
+    """
+    from ..script_check import read_script
+    check_kernel_has_no_cuda()
+    output = _checked_output(output)
+    script = Path(path).expanduser().resolve()
+    report = read_script(script)
+    if report.convention == "per-node":
+        raise TutorialError("ipp.script_spawns", path=str(path))
+    if slurm_names is None:
+        slurm_names = report.convention in ("slurm", "either")
+    argv = [str(a) for a in args]
+    engines = start(n, device)
+    return runner.launch(engines, n, keep, timeout,
+                         lambda place: (remote.run_script_on_engine, (str(script), argv, place, bool(slurm_names))),
+                         output=output)

@@ -99,17 +99,34 @@ class LocalEngines(es.EngineSet):
         return None
 
 
-def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
-    """Start ``n`` local engines, or reuse the kept ones when there are enough (see ipp.start)."""
-    gpus = gpu_count() if device != "cpu" else 0
+DEVICES = ("auto", "cuda", "cpu")
+# CPU engines see no GPU (set for them only, never in the kernel): on a 1-GPU session two CPU engines would
+# otherwise both pick cuda:0 by the device rule (ipp.train, 08's train_ddp) and refuse to share it.
+CPU_ENGINE_ENVIRONMENT = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def engine_kind(n: Optional[int], device: str, gpus: int) -> tuple:
+    """(engines, "cuda" | "cpu") for ``n`` engines asked on ``device`` where ``gpus`` GPUs are visible:
+    ``auto`` is one engine per GPU when there are enough GPUs, else CPU engines (a 0- or 1-GPU session
+    still runs every notebook); ``cuda`` with too few GPUs is refused, naming the call that works."""
+    if device not in DEVICES:
+        raise TutorialError("device.unknown", device=device)
+    if device == "cpu":
+        gpus = 0
     if device == "cuda" and not gpus:
-        raise TutorialError("device.no_gpu")
-    kind = "cuda" if gpus else "cpu"
+        raise TutorialError("ipp.no_gpu_engines", n=n or 2)
     n = (gpus or 2) if n is None else n
     es.check_count(n)
-    check_processes(n, option="n")  # engines on this machine: as many as it can start (F01)
-    if kind == "cuda" and n > gpus:
+    if device == "cuda" and n > gpus:
         raise TutorialError("ipp.too_many_gpu_engines", n=n, gpus=gpus)
+    return n, "cuda" if gpus and n <= gpus else "cpu"
+
+
+def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
+    """Start ``n`` local engines, or reuse the kept ones when there are enough (see ipp.start)."""
+    gpus = gpu_count() if device in ("auto", "cuda") else 0
+    n, kind = engine_kind(n, device, gpus)
+    check_processes(n, option="n")  # engines on this machine: as many as it can start (F01)
 
     prefer_passive_openmp()  # the engines inherit the kernel's environment
     kept = es.current()
@@ -118,6 +135,8 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
         if healthy and kept.device == kind and kept.size >= n:
             return kept  # quietly: the notebooks' checked outputs must not show pids
     es.stop()
+    if kind == "cpu" and gpus:  # one line, in the user's language: why there are no GPU engines
+        print(t("ipp.cpu_instead", n=n, gpus=gpus), flush=True)
 
     import ipyparallel
 
@@ -131,7 +150,10 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
     registered = [0]
     try:
         with Registering(n, lambda: registered[0]):
-            cluster.start_cluster_sync(n)
+            # ipyparallel's start_cluster, with the engines' own environment (CPU engines see no GPU)
+            cluster.start_controller_sync()
+            time.sleep(cluster.delay or 0)
+            cluster.start_engines_sync(n, environment=CPU_ENGINE_ENVIRONMENT if kind == "cpu" else {})
             # Guarded from now on: a kernel killed while the engines register takes them along.
             guard = Guard([p.pid for p in _family(cluster)])
             client = cluster.connect_client_sync()

@@ -71,11 +71,13 @@ class Registering:
 
 
 class RankZeroBar:
-    """The kernel's drawing of rank 0's per-epoch bar, fed with what rank 0 published."""
+    """The kernel's drawing of rank 0's bars, fed with what rank 0 published: the history of the
+    call's bars (``{"bars": [[desc, done, total], …]}``), so that a bar that began and ended between
+    two looks is still drawn, with the count it ended at."""
 
     def __init__(self):
         self.bar = None
-        self.desc: Optional[str] = None
+        self.index = -1        # which of the published bars self.bar draws
         self.widgets = live_kernel()
 
     def _new(self, desc: str, total: int):
@@ -91,17 +93,14 @@ class RankZeroBar:
                     bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}")
 
     def show(self, published: Optional[dict]) -> None:
-        progress = (published or {}).get("progress")
-        if not progress:
-            return
-        desc, done, total = progress
-        if desc != self.desc:
-            if self.bar is not None and self.bar.total:  # a new bar starts: rank 0 finished this one
-                self.bar.update(self.bar.total - self.bar.n)
-            self.close()
-            self.desc, self.bar = desc, self._new(desc, total)
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
+        bars = (published or {}).get("bars") or []
+        for index in range(max(self.index, 0), len(bars)):
+            desc, done, total = bars[index]
+            if index != self.index:  # the bar before it is over: it ended at the count it published
+                self.close()
+                self.index, self.bar = index, self._new(desc, total)
+            if done > self.bar.n:
+                self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
@@ -75,12 +76,15 @@ def own_address(towards: Optional[str]) -> str:
 def interface_for(address: str) -> Optional[str]:
     """The interface rule (the sbatch templates' too, ``ddp_tutorial.slurm.render.IFNAME_RULE``): the
     network interface holding this machine's address on the way to ``address`` (rank 0's) — for rank
-    0 itself, the one holding ``address``. None when it cannot be told (then gloo/NCCL choose)."""
+    0 itself, the one holding ``address``. None when it cannot be told (then gloo/NCCL choose), and never
+    loopback (``lo``, 127.*: review N9): the other nodes cannot reach rank 0 there."""
     mine = address_towards(address) or address
+    if mine.startswith("127."):
+        return None
     try:
         import psutil  # installed with ipyparallel
         for name, addresses in psutil.net_if_addrs().items():
-            if any(a.family == socket.AF_INET and a.address == mine for a in addresses):
+            if name != "lo" and any(a.family == socket.AF_INET and a.address == mine for a in addresses):
                 return name
     except (ImportError, OSError):
         return None
@@ -173,17 +177,26 @@ def _install_data_cache() -> None:
 
 
 def _publishing_bar():
-    """A tqdm that draws nothing here and publishes (epoch, steps done, steps) to the kernel."""
+    """A tqdm that draws nothing here and publishes every bar of this call to the kernel.
+
+    What is published is the whole history of this call's bars, ``{"bars": [[desc, done, total], …]}``,
+    the last one still moving: the kernel looks every ``POLL_SECONDS`` and sees only the newest message,
+    so an epoch that starts and ends between two looks would otherwise never be drawn there."""
     from ipyparallel.datapub import publish_data
     from tqdm.std import tqdm
 
     class PublishingBar(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs.update(file=open(os.devnull, "w"), mininterval=0.25)  # noqa: SIM115 - closed in close()
+            self.entry = None
             super().__init__(*args, **kwargs)
 
         def display(self, msg=None, pos=None):
-            publish_data({"progress": [str(self.desc), int(self.n), int(self.total or 0)]})
+            if self.entry is None:
+                self.entry = len(_BARS)
+                _BARS.append(None)
+            _BARS[self.entry] = [str(self.desc), int(self.n), int(self.total or 0)]
+            publish_data({"bars": list(_BARS)})
             return True
 
         def close(self):
@@ -196,12 +209,14 @@ def _publishing_bar():
 
 
 _ORIGINAL_BAR: list = []
+_BARS: list = []  # this call's bars on rank 0, in order: [desc, done, total]
 
 
 def _show_progress_in_kernel() -> None:
     import tqdm.auto
     if not _ORIGINAL_BAR:
         _ORIGINAL_BAR.append(tqdm.auto.tqdm)
+    _BARS.clear()  # a new call: a new history (the engine is reused between calls)
     tqdm.auto.tqdm = _publishing_bar()
 
 
@@ -242,20 +257,121 @@ def train_on_engine(config, place: Place):
     return train(config, env)
 
 
-def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float, place: Place):
+def launcher_environment(place: Place, slurm_names: bool = False) -> dict:
+    """What torchrun tells each process (and, with ``slurm_names``, what srun tells each task), for this
+    engine's :class:`Place`: the names of :mod:`ddp_tutorial.launch_env`."""
+    from .. import launch_env as names
+    per_node = max(place.nproc_per_node, 1)
+    values = {names.RANK: place.rank, names.LOCAL_RANK: place.local_rank, names.WORLD_SIZE: place.world_size,
+              names.LOCAL_WORLD_SIZE: place.nproc_per_node, names.GROUP_RANK: place.rank // per_node,
+              names.MASTER_ADDR: place.master_addr, names.MASTER_PORT: place.master_port}
+    if slurm_names:
+        nodes = -(-place.world_size // per_node)
+        values.update({names.SLURM_PROCID: place.rank, names.SLURM_LOCALID: place.local_rank,
+                       names.SLURM_NTASKS: place.world_size, names.SLURM_NPROCS: place.world_size,
+                       "SLURM_NTASKS_PER_NODE": place.nproc_per_node, names.SLURM_NNODES: nodes,
+                       names.SLURM_NODEID: place.rank // per_node,
+                       "SLURM_CPUS_PER_TASK": max(1, (os.cpu_count() or 1) // per_node)})
+        if place.use_cuda:  # GPU engines: one GPU each, as --gres gives a node's tasks (never claimed on a CPU)
+            values[names.SLURM_GPUS_ON_NODE] = place.nproc_per_node
+    return {key: str(value) for key, value in values.items()}
+
+
+class LauncherEnvironment:
+    """Set the launcher's variables and ``sys.argv`` for one call, and put back what was there after it
+    (the engines are reused between calls: nothing of one call may leak into the next). The process
+    group the function leaves open is destroyed, as the end of a torchrun process would."""
+
+    def __init__(self, place: Place, argv: Optional[List[str]], slurm_names: bool = False):
+        self.values = launcher_environment(place, slurm_names)
+        self.argv = argv
+
+    def __enter__(self):
+        self.saved = {key: os.environ.get(key) for key in self.values}
+        self.saved_argv = list(sys.argv)
+        os.environ.update(self.values)
+        if self.argv is not None:
+            sys.argv[:] = list(self.argv)
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            for key, value in self.saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            sys.argv[:] = self.saved_argv
+        return False
+
+
+def _group_made_twice(error: BaseException) -> bool:
+    return isinstance(error, (ValueError, RuntimeError)) and "default process group twice" in str(error)
+
+
+def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float, place: Place,
+                  group: bool = True, argv: Optional[List[str]] = None, slurm_names: bool = False):
+    """One rank of :func:`ddp_tutorial.ipp.run`. ``group=True`` (the notebooks' functions): the process
+    group is made here and ``function(env, *args, **kwargs)`` runs inside it. ``group=False`` (a
+    torchrun-style function): ``function(*args, **kwargs)`` with the launcher's variables set and no
+    group — it makes and closes its own, as under torchrun. Either way the variables and ``sys.argv`` are
+    put back afterwards."""
     env = prepare(place)
     if place.rank == 0:  # a tqdm.auto bar of the user's function on rank 0 is drawn in the kernel too
         _show_progress_in_kernel()
-    import torch.distributed as dist
+    from ..i18n import t
+    with LauncherEnvironment(place, argv, slurm_names):
+        if not group:
+            return function(*args, **kwargs)
+        from ..device_rule import choose_device
+        from ..process_group import join
+        join(env, backend, pg_timeout, choose_device("cuda", env) if backend == "nccl" else None)
+        try:
+            return function(env, *args, **kwargs)
+        except (ValueError, RuntimeError) as error:
+            if _group_made_twice(error):
+                raise RuntimeError(t("ipp.group_made_twice", error=str(error).splitlines()[0])) from None
+            raise
 
-    from ..device_rule import choose_device
-    from ..process_group import join
-    join(env, backend, pg_timeout, choose_device("cuda", env) if backend == "nccl" else None)
+
+def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: bool):
+    """One rank of :func:`ddp_tutorial.ipp.run_script`: the script file run as ``python path args…`` would
+    run it (``__name__ == "__main__"``, ``sys.argv``, its folder first on the import path), with the
+    launcher's variables set; its exit code: 0 → None, anything else → an error naming it."""
+    import runpy
+    prepare(place)
+    from ..i18n import t
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    real_exit = os._exit
+
+    def leave(code: int = 0) -> None:
+        """``os._exit`` of the script's own thread (the end that avoids the teardown abort, docs/own-script.md)
+        ends the script here, not the engine."""
+        if threading.current_thread() is threading.main_thread():
+            raise SystemExit(code)
+        real_exit(code)
+
+    os._exit = leave
     try:
-        return function(env, *args, **kwargs)
+        with LauncherEnvironment(place, [path, *argv], slurm_names):
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as stop:
+                code = stop.code
+                if code not in (None, 0):
+                    raise RuntimeError(t("ipp.script_exit", path=path, code=code)) from None
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        os._exit = real_exit
+        if sys.path and sys.path[0] == folder:
+            del sys.path[0]
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return None
 
 
 def free_port() -> int:

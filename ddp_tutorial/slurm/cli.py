@@ -11,12 +11,14 @@ import json
 import math
 import os
 import sys
+from typing import List, Optional, Sequence
 
 
 from .. import atomic
 from ..config import add_job_arguments, job_options_of
 from ..i18n import TutorialError, t
-from .jobs import JobInfo, cancel, job_info, log_dirs, read_log, read_result, submit, test_only, wait
+from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result, submit,
+                   test_only, wait)
 from .render import render
 from .spec import PROFILES, TEMPLATES, JobSpec, bad_value, plain_text
 
@@ -44,16 +46,17 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
     if train_args and train_args[0] == "--":
         train_args = train_args[1:]
     run_dir = args.run_dir
-    if run_dir is not None and not os.path.isabs(run_dir) and args.workdir is None:
+    if args.workdir is not None:  # the job starts there (#SBATCH --chdir): its log folder is there too
+        workdir = _absolute(args.workdir)
+        if workdir is not None and (run_dir is None or not os.path.isabs(run_dir)):
+            run_dir = os.path.join(workdir, run_dir if run_dir is not None else JobSpec().run_dir)
+    elif run_dir is not None and not os.path.isabs(run_dir):
         run_dir = os.path.abspath(run_dir)  # the job may start elsewhere: make it unambiguous
     script = args.script
     if script is not None:
         plain_text("--script", script)
-        if not os.path.isfile(script):
-            raise TutorialError("slurm.no_user_script", path=script)
-        if not os.path.isabs(script) and args.workdir is None:
-            script = os.path.abspath(script)  # the job may start elsewhere
-    return JobSpec.from_profile(
+        script = own_script_path(script, args.workdir)
+    spec = JobSpec.from_profile(
         args.profile,
         template=args.template, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         nproc_per_node=args.nproc_per_node, cpus_per_process=args.cpus_per_process,
@@ -63,6 +66,83 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
         **job_options_of(args), train_args=tuple(train_args), signal_seconds=args.preempt_signal,
         requeue=True if args.requeue else None, script=script, script_args=args.script_args,
     )
+    if script is not None and spec.template in ("per-gpu", "torchrun"):  # the seed's: refused by validate()
+        check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
+    return spec
+
+
+def _absolute(path: str) -> Optional[str]:
+    """``path`` (``~`` expanded) made absolute from here; None for a value no file system takes (a NUL …):
+    :func:`~.spec.validate` then refuses it with its rule."""
+    try:
+        return os.path.abspath(os.path.expanduser(path))
+    except (TypeError, ValueError, KeyError, OSError):
+        return None
+
+
+def own_script_path(script: str, workdir: Optional[str]) -> str:
+    """``--script`` made absolute, so that it means the same at render time and in the job (which starts
+    in ``--workdir``): a relative path is taken from here, else from the workdir."""
+    here = _absolute(script)
+    if here is not None and os.path.isfile(here):
+        return here
+    folder = _absolute(workdir) if workdir is not None else None
+    if folder is not None and not os.path.isabs(script):
+        there = os.path.join(folder, script)
+        if os.path.isfile(there):
+            return there
+        raise TutorialError("slurm.no_user_script_workdir", path=script, workdir=workdir)
+    raise TutorialError("slurm.no_user_script", path=script)
+
+
+def check_convention(spec: JobSpec, convention: str = "auto") -> None:
+    """Does the template fit how the script learns its rank (read from its source,
+    :mod:`ddp_tutorial.script_check`)? A launch that would hang is refused now, naming the one that fits;
+    a script that reads no launcher variable gets a warning."""
+    from ..script_check import read_script, template_problem, template_warning
+    report = read_script(spec.script)
+    if convention != "auto":  # the user knows better than the reading: take their word for it
+        report.spawns = convention == "per-node"
+        report.slurm_names = ["SLURM_PROCID"] if convention == "slurm" else []
+        report.torchrun_names = ["RANK"] if convention == "torchrun" else []
+    problem = template_problem(report, spec.template, spec.processes_per_node)
+    if problem:
+        raise TutorialError("slurm.script_convention", text=problem)
+    warning = template_warning(report)
+    if warning:
+        print(f"{t('slurm.script_warning')}: {warning}", file=sys.stderr)
+
+
+def glued(argv: Sequence[str], options: Sequence[str] = ("--script-args",)) -> List[str]:
+    """``--script-args VALUE`` → ``--script-args=VALUE``: argparse takes a separate value that starts with
+    a dash (``"--epochs=1"``, ``"--dry-run"``) for an option of its own and stops with "expected one
+    argument"; glued to its option, any value is the option's. Nothing after ``--`` is touched."""
+    out: List[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            out += words[i:]
+            break
+        if word in options and i + 1 < len(words):
+            out.append(f"{word}={words[i + 1]}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
+def make_log_dirs(text: str) -> None:
+    """The folders of the job's ``#SBATCH --output`` (SLURM does not create them; a job whose log folder is
+    missing dies at launch without a log), for a plain ``sbatch`` too. Where they cannot be made here (a
+    path of the cluster, rendered elsewhere), ``slurm submit`` makes them."""
+    for folder in log_dirs(text):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
 
 
 def _cmd_render(args) -> int:
@@ -72,10 +152,8 @@ def _cmd_render(args) -> int:
     else:  # atomic's rule: a regular file is replaced atomically, /dev/stdout or a pipe written through
         atomic.check_writable(args.output)  # creates missing folders; a directory or a disk is refused
         written = atomic.write_text(args.output, text, mode=0o777)
-        if args.workdir is None and os.path.isfile(written):
-            for folder in log_dirs(text):  # sbatch run from here logs there, and SLURM does not create it
-                folder.mkdir(parents=True, exist_ok=True)
         print(t("slurm.written", path=written), file=sys.stderr)
+    make_log_dirs(text)  # with or without --workdir (then the run dir is under it, absolute)
     return 0
 
 
@@ -125,7 +203,20 @@ def _cmd_logs(args) -> int:
 
 
 def _cmd_result(args) -> int:
-    print(json.dumps(read_result(args.job_id, run_dir=args.run_dir), indent=2, sort_keys=True))
+    try:
+        result = read_result(args.job_id, run_dir=args.run_dir)
+    except TutorialError as error:
+        outcome = own_script_outcome(args.job_id, run_dir=args.run_dir)
+        if outcome is None:
+            raise error from None
+        print(json.dumps(outcome, indent=2, sort_keys=True))
+        if outcome["exit_code"] is None:
+            print(t("slurm.own_script_unknown", job_id=outcome["job_id"], state=outcome["state"]), file=sys.stderr)
+            return 1
+        print(t("slurm.own_script_finished", job_id=outcome["job_id"], code=outcome["exit_code"],
+                source=outcome["source"]), file=sys.stderr)
+        return 0 if outcome["exit_code"] == 0 else 1
+    print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 
 
@@ -160,6 +251,8 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help=t("slurm.cli.script"))
     p.add_argument("--script-args", default=None, metavar='"ARGS"',
                    help=t("slurm.cli.script_args"))
+    p.add_argument("--script-convention", choices=["auto", "torchrun", "slurm", "per-node"], default="auto",
+                   help=t("slurm.cli.script_convention"))
     p.add_argument("train_args", nargs="*", help=t("slurm.cli.train_args"))
 
 

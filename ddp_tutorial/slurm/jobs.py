@@ -232,10 +232,16 @@ def read_log(job_id, run_dir: Optional[str] = None, tail: Optional[int] = None,
     path = log_path(job_id, run_dir, env=env)
     if not path.is_file():
         raise TutorialError("slurm.no_log", job_id=job_id_of(job_id), path=str(path))
-    text = path.read_text(errors="replace")
-    if tail:
-        text = "\n".join(text.splitlines()[-tail:]) + "\n"
-    return text
+    if tail:  # read from the end (J05): an NCCL_DEBUG=INFO log of several GB is never loaded whole
+        with open(path, "rb") as log:
+            end = start = log.seek(0, os.SEEK_END)
+            data = b""
+            while start > 0 and data.count(b"\n") <= tail:
+                start = max(0, start - max(1 << 16, 2 * (end - start)))
+                log.seek(start)
+                data = log.read(end - start)
+        return "\n".join(data.decode(errors="replace").splitlines()[-tail:]) + "\n"
+    return path.read_text(errors="replace")
 
 
 def result_path(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Path:
@@ -256,5 +262,39 @@ def read_result(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str
         raise TutorialError("slurm.no_result", job_id=job_id_of(job_id), path=str(path))
     try:
         return json.loads(path.read_text())
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: 200 000 nested '[' (J04)
         raise TutorialError("slurm.bad_result", path=str(path), detail=str(error)) from None
+
+
+#: The line the per-gpu and torchrun templates end a user-script job's log with (render.py: "finished").
+_OWN_FINISHED = re.compile(r"^your script finished with exit code (\d+)\s*$", re.M)
+
+
+def own_script_outcome(job_id, run_dir: Optional[str] = None,
+                       env: Optional[Mapping[str, str]] = None) -> Optional[dict]:
+    """What can be said of a job that ran the user's own script (``slurm render --script``), which writes no
+    result file of the package: its exit code from the log's last "your script finished with exit code N"
+    line, else from SLURM (``scontrol``/``sacct``) once it has finished. None when the job ran the package's
+    training (or cannot be told apart): then there is simply no result yet."""
+    job_id = job_id_of(job_id)
+    try:
+        info = job_info(job_id, env=env)
+    except TutorialError:
+        info = None
+    path = _where(job_id, info if run_dir is None else None, run_dir)
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    state = info.state if info is not None else "UNKNOWN"
+    found = _OWN_FINISHED.findall(text)
+    if found:
+        return {"job_id": job_id, "own_script": True, "exit_code": int(found[-1]), "source": "log",
+                "log": str(path), "state": state}
+    command = (info.fields.get("Command") if info is not None else None) or ""
+    try:
+        own = bool(command) and re.search(r"^SCRIPT=", Path(command).read_text(errors="replace"), re.M) is not None
+    except OSError:
+        own = False
+    if not own:
+        return None
+    code = info.exit_code if info.finished else None
+    return {"job_id": job_id, "own_script": True, "exit_code": code, "source": "scontrol", "log": str(path),
+            "state": state}

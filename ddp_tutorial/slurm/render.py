@@ -142,25 +142,35 @@ def _nccl_lines(spec: JobSpec, lang: str) -> List[str]:
 
 
 #: The interface rule, in shell (run on the first node, where the batch script runs): the interface
-#: that holds the address MASTER_ADDR resolves to, i.e. the network the other nodes reach rank 0 on.
+#: that holds the address MASTER_ADDR resolves to, i.e. the network the other nodes reach rank 0 on —
+#: never loopback (``lo``, 127.*: a node whose /etc/hosts maps its own name to 127.0.1.1 would make
+#: every rank bind lo and a multi-node rendezvous time out; review N9): then nothing is chosen.
 #: ddp_tutorial.ipp.remote.interface_for applies the same rule to SLURM engines.
 IFNAME_RULE = ("ip -o -4 addr show 2>/dev/null | awk "
                "-v a=\"$(getent ahostsv4 \"$MASTER_ADDR\" | awk 'NR == 1 {print $1}')\" "
-               "'a != \"\" && index($4, a \"/\") == 1 {print $2; exit}'")
+               "'a != \"\" && a !~ /^127[.]/ && $2 != \"lo\" && index($4, a \"/\") == 1 {print $2; exit}'")
+#: True (exit 0) when MASTER_ADDR resolves to a loopback address: a multi-node job then says so.
+LOOPBACK_TEST = "getent ahostsv4 \"$MASTER_ADDR\" | awk 'NR == 1 && /^127[.]/ {f = 1} END {exit !f}'"
 
 
 def network_lines(lang: str) -> List[str]:
     """Which network gloo (always) and NCCL (its bootstrap and socket transport) use: one rule for
     both, overridable (``DDP_TUTORIAL_IFNAME`` for both, or ``GLOO_SOCKET_IFNAME`` /
     ``NCCL_SOCKET_IFNAME`` each, e.g. through ``--env``). The name found on the first node is used on
-    every node: a partition's nodes are alike. Nothing found (no ``ip``, an unresolvable name):
-    nothing is set and gloo/NCCL choose as they would."""
+    every node: a partition's nodes are alike. Nothing found (no ``ip``, an unresolvable name, a
+    loopback address: never ``lo``): nothing is set and gloo/NCCL choose as they would; a multi-node
+    job whose MASTER_ADDR resolves to 127.* says so on stderr."""
     return [
         *_comment("slurm_script.network", lang),
         f'IFNAME=${{DDP_TUTORIAL_IFNAME:-$({IFNAME_RULE})}}',
         'if [ -n "$IFNAME" ]; then',
         '    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$IFNAME}"',
         '    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$IFNAME}"',
+        "fi",
+        f'if [ -z "$IFNAME" ] && [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ] && {LOOPBACK_TEST}; then',
+        # both languages in one line: the shell code of a script is the same in every language
+        f'    echo "!! MASTER_ADDR=$MASTER_ADDR:" {q(t("slurm_script.network_loopback", "en"))} /'
+        f' {q(t("slurm_script.network_loopback", "tr"))} >&2',
         "fi",
         'echo "network for gloo / NCCL: ${GLOO_SOCKET_IFNAME:-their own choice} / ${NCCL_SOCKET_IFNAME:-its own}"',
     ]

@@ -229,8 +229,8 @@ def time_limit_seconds(text: str) -> int:
     return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
 
 
-def validate(spec: JobSpec) -> JobSpec:
-    """Check every field of ``spec``; raise a bilingual :class:`TutorialError` on the first bad one."""
+def _check_shape(spec: JobSpec) -> None:
+    """The template, and how many nodes, GPUs, processes and cores."""
     if spec.template not in TEMPLATES:
         raise TutorialError("slurm.unknown_template", name=spec.template, choices=", ".join(TEMPLATES))
     int_in("nodes", spec.nodes, 1, 4096)
@@ -240,17 +240,23 @@ def validate(spec: JobSpec) -> JobSpec:
         if spec.gpus_per_node > 0 and spec.nproc_per_node != spec.gpus_per_node:
             raise TutorialError("slurm.gpu_cpu_conflict", gpus=spec.gpus_per_node, nproc=spec.nproc_per_node)
     int_in("cpus_per_process", spec.cpus_per_process, 1, 1024)
+
+
+def _check_sbatch_lines(spec: JobSpec) -> None:
+    """What goes on #SBATCH lines, which sbatch reads without a shell: strict."""
     matching("job_name", spec.job_name, NAME, "slurm.allowed.name")
     for name in ("account", "partition", "qos"):
         if getattr(spec, name) is not None:
             matching(name, getattr(spec, name), NAME, "slurm.allowed.name")
     if not isinstance(spec.time, str) or not TIME.fullmatch(spec.time):
         raise bad_value("time", spec.time, "slurm.rule.time")
-    # These two appear on #SBATCH lines, which sbatch reads without a shell: strict.
     matching("run_dir", spec.run_dir, PATH, "slurm.allowed.path")
     if spec.workdir is not None:
         matching("workdir", spec.workdir, PATH, "slurm.allowed.path")
-    # These are shell-quoted in the script.
+
+
+def _check_environment(spec: JobSpec) -> None:
+    """Python, modules, conda or venv, exported variables: shell-quoted in the script."""
     plain_text("python", spec.python)
     for module in spec.modules:
         matching("module", module, MODULE, "slurm.allowed.module")
@@ -266,25 +272,33 @@ def validate(spec: JobSpec) -> JobSpec:
         if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
             raise bad_value("env", key, "slurm.rule.env_name")
         plain_text(key, value, empty=True)
+
+
+def _check_what_runs(spec: JobSpec) -> None:
+    """The package's training with its options, or the user's script with its arguments: not both."""
     for name in JOB_OPTIONS:
         if getattr(spec, name) is not None:
             _train_rule(name, getattr(spec, name))
     for arg in spec.train_args:
         plain_text("train_args", arg)
-    if spec.script is not None:
-        plain_text("script", spec.script)
-        if spec.template not in SCRIPT_TEMPLATES:
-            raise TutorialError("slurm.script_template", template=spec.template,
-                                choices=", ".join(SCRIPT_TEMPLATES))
-        given = [name for name in (*JOB_OPTIONS, "train_args") if getattr(spec, name) not in (None, ())]
-        if given:
-            raise TutorialError("slurm.script_with_train_options", names=", ".join(given))
-        if isinstance(spec.script_args, str):
-            plain_text("script_args", spec.script_args, empty=True)
-        for arg in spec.script_argv:
-            plain_text("script_args", arg, empty=True)
-    elif spec.script_args:
-        raise TutorialError("slurm.script_args_without_script")
+    if spec.script is None:
+        if spec.script_args:
+            raise TutorialError("slurm.script_args_without_script")
+        return
+    plain_text("script", spec.script)
+    if spec.template not in SCRIPT_TEMPLATES:
+        raise TutorialError("slurm.script_template", template=spec.template, choices=", ".join(SCRIPT_TEMPLATES))
+    given = [name for name in (*JOB_OPTIONS, "train_args") if getattr(spec, name) not in (None, ())]
+    if given:
+        raise TutorialError("slurm.script_with_train_options", names=", ".join(given))
+    if isinstance(spec.script_args, str):
+        plain_text("script_args", spec.script_args, empty=True)
+    for arg in spec.script_argv:
+        plain_text("script_args", arg, empty=True)
+
+
+def _check_preemption(spec: JobSpec) -> None:
+    """SIGUSR1's warning time (inside the time limit) and requeue."""
     if spec.signal_seconds is not None:
         int_in("signal_seconds", spec.signal_seconds, 1, 65535)
         limit = time_limit_seconds(spec.time)
@@ -293,8 +307,22 @@ def validate(spec: JobSpec) -> JobSpec:
                                 limit=limit)
     if not isinstance(spec.requeue, bool):
         raise bad_value("requeue", spec.requeue, "slurm.rule.choice", choices="True, False")
+
+
+def _check_training(spec: JobSpec) -> None:
     if spec.script is None:  # the package's training: its options are checked now, not after queueing
         check_train_args(spec)
+
+
+#: The checks of :func:`validate`, in the order they run (the first bad field is the one reported).
+CHECKS = (_check_shape, _check_sbatch_lines, _check_environment, _check_what_runs, _check_preemption,
+          _check_training)
+
+
+def validate(spec: JobSpec) -> JobSpec:
+    """Check every field of ``spec``; raise a bilingual :class:`TutorialError` on the first bad one."""
+    for check in CHECKS:
+        check(spec)
     return spec
 
 
