@@ -92,8 +92,6 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         """Check every option by its rule, then the bounds across options; ``~`` in paths is expanded."""
-        if isinstance(self.scale_lr, bool):  # older callers: scale_lr=True meant the linear rule
-            self.scale_lr = "linear" if self.scale_lr else "none"
         for f in fields(self):
             rule, value = f.metadata["rule"], getattr(self, f.name)
             if rule is None or (value is None and f.default is None):  # an optional option left out

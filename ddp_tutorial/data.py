@@ -22,7 +22,6 @@ import torch
 
 from .datasets import CLASSES
 from .i18n import TutorialError
-from .datasets import default_dataset, default_root  # noqa: F401  (re-exported for older callers)
 from .staging import (ALL_FILES, check, check_name, file_names, prepare,  # noqa: F401  (re-exported)
                       prepare_command, raw_folder)
 from .staging import HEIGHT, IMAGE_HEADER, LABEL_HEADER, WIDTH

@@ -8,7 +8,8 @@ package data (``ddp_tutorial/results/cpu-2core-fashion-mnist.json``), so a noteb
     figures.plot_results(lang="tr")       # a matplotlib Figure; or plot_results("runs/bench.json")
 
 without the repository on ``sys.path``. ``--figure`` draws the same figure from a fresh run
-(:func:`draw_figure`). Figures are not registered with pyplot: no display needed, no backend changed.
+(:func:`scaling_figure` written by :func:`save_figure`). Figures are not registered with pyplot: no display
+needed, no backend changed.
 """
 
 from __future__ import annotations
@@ -130,12 +131,6 @@ def report_figures(report: dict, lang: Optional[str] = None) -> list:
     if "contention" in report:
         figures.append(contention_figure(report["contention"], lang))
     return figures
-
-
-def draw_figure(path, target: float, throughput: dict, curves: List[dict], lang: Optional[str] = None,
-                limits: Optional[dict] = None) -> Path:
-    """Write :func:`scaling_figure` to ``path`` (PNG, atomically)."""
-    return save_figure(path, scaling_figure(target, throughput, curves, lang, limits))
 
 
 def save_figure(path, fig) -> Path:

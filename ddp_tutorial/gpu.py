@@ -22,17 +22,14 @@ The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 | cu132 | sm_75 … sm_120 | ≥ 580 | release notes only |
 | cu126 | sm_50 … sm_90: Maxwell … Hopper (P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) | release notes only |
 
-cu130 is PyPI's build (the plain ``pip install torch==2.14.1``; its arch list was read here with
-``torch.cuda.get_arch_list()``) and ``download.pytorch.org/whl/cu130``'s; the others come from
-``download.pytorch.org/whl/<variant>``.
+cu130 is PyPI's build (``pip install torch==2.14.1``; arch list read here with ``get_arch_list()``),
+the others come from ``download.pytorch.org/whl/<variant>``.
 
-Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` "PyTorch CUDA Support Matrix" for 2.14 (pull
-requests pytorch/pytorch#194367 and #197555, RFC #190355: 2.14 ships CUDA 12.6, 13.0 and 13.2; 12.8
-was dropped in 2.12, #178665); the driver minimums are NVIDIA's minor-version compatibility table
-(CUDA 12.x: ≥ 525, 13.x: ≥ 580). 2.14 is the last release with a CUDA 12 build (#190385): never raise
-the pin past 2.14 while P100/V100 partitions are in use. Only the cu130 row was checked on a machine
-here; the others are what PyTorch's notes say — ``ddp-tutorial env`` on a GPU node is the real check
-(at run time torch's own ``get_arch_list()`` wins over the table).
+Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` support matrix for 2.14 (#194367, #197555, RFC #190355:
+CUDA 12.6, 13.0, 13.2; 12.8 dropped in 2.12, #178665); NVIDIA's minor-version compatibility (12.x ≥ 525,
+13.x ≥ 580). 2.14 is the last release with a CUDA 12 build (#190385): never raise the pin past 2.14 while
+P100/V100 partitions are in use. Only cu130 was checked here; ``ddp-tutorial env`` on a GPU node is the real
+check (at run time torch's own ``get_arch_list()`` wins over the table).
 """
 
 from __future__ import annotations
@@ -60,7 +57,6 @@ class Variant:
     cuda: str
     arch_list: Tuple[str, ...]
     min_driver: int  # the driver major version below which this build sees no GPU
-    recommended_driver: int
     pypi: bool = False  # the build a plain `pip install torch==TORCH_VERSION` gets
 
     @property
@@ -69,9 +65,9 @@ class Variant:
 
 
 VARIANTS: Dict[str, Variant] = {  # the builds of TORCH_VERSION that exist, in order of preference
-    "cu130": Variant("cu130", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580, 580, pypi=True),
-    "cu132": Variant("cu132", "13.2", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580, 595),
-    "cu126": Variant("cu126", "12.6", ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), 525, 560),
+    "cu130": Variant("cu130", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580, pypi=True),
+    "cu132": Variant("cu132", "13.2", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), 580),
+    "cu126": Variant("cu126", "12.6", ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), 525),
 }
 DEFAULT_VARIANT = next(name for name, v in VARIANTS.items() if v.pypi)
 # The minimum driver for a CUDA major version (minor-version compatibility), for builds not in the table.
@@ -80,10 +76,9 @@ MIN_DRIVER_FOR_CUDA_MAJOR = {11: 450, 12: 525, 13: 580}
 
 @dataclass(frozen=True)
 class Site:
-    """A centre's GPU partitions (their GPUs' compute capability) and the lowest driver it documents;
-    the module that gives a Python >= 3.11 on its login nodes (``scripts/setup.sh`` and ``scripts/lab.sh``
-    name it when ``python3`` is older: scripts/python_check.sh reads the first quoted value given to
-    ``python_module`` in this file) and whether that name was checked on the site itself."""
+    """A centre's GPU partitions (their compute capability), the lowest driver it documents, and the module
+    that gives a Python >= 3.11 on its login nodes (scripts/python_check.sh reads the first quoted
+    ``python_module`` value of this file), checked on the site itself or not."""
 
     name: str
     driver: str
@@ -97,10 +92,8 @@ SITES: Dict[str, Site] = {
     # P100, V100, A100, H100/H200. Its hardware page (until March 2026) showed nvidia-smi 565.57.01
     # (CUDA 12.7) on all four partitions and named 550.90.07 (akya) and 560.35.03 (kolyoz) in its
     # text: the lowest is used. Not checked on a TRUBA node from here.
-    # Python: the guide's python.rst says `module load comp/python/3.12.2`, but the module list of its ARF
-    # page (source/1-kaynaklar/arf/index.rst, an earlier version) shows comp/python/3.12.0, and users'
-    # notes found on GitHub say 3.12.2 does not exist (and that the login nodes' python3 is 3.9.18).
-    # Not checked on TRUBA from here: `module av python` there shows the real name.
+    # Python: python.rst says comp/python/3.12.2, the ARF page's module list (source/1-kaynaklar/arf) 3.12.0,
+    # users' notes 3.12.2 does not exist (login nodes: python3 3.9.18). Unchecked: `module av python` tells.
     "truba": Site("truba", "550.90.07", {"barbun-cuda": (6, 0), "akya-cuda": (7, 0), "palamut-cuda": (8, 0),
                                          "kolyoz-cuda": (9, 0)},
                   python_module="comp/python/3.12.0", python_module_verified=False),
@@ -244,8 +237,7 @@ def compatibility(capabilities: Sequence[Capability], driver_version: Optional[s
     return Verdict(True, "ok", None, fields)
 
 
-# --------------------------------------------------------------------------------------
-# The facts of this machine (without initialising CUDA in this process)
+# ---- The facts of this machine (without initialising CUDA in this process)
 
 
 @dataclass
@@ -358,8 +350,7 @@ def report(lang: Optional[str] = None) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------
-# Which build to install (scripts/setup.sh asks this before torch exists)
+# ---- Which build to install (scripts/setup.sh asks this before torch exists)
 
 
 @dataclass

@@ -21,9 +21,9 @@ stands (no torch import: the launchers, the ipyparallel engines and the sbatch d
 | ``SLURM_GPUS_ON_NODE`` | ``--gres``/``--gpus`` | GPUs of the job on this node |
 | ``CUDA_VISIBLE_DEVICES`` | SLURM (gres), the user | which GPUs this process sees, renumbered from 0 |
 
-NCCL's own variables (``NCCL_DEBUG``, ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``) and
-``TORCH_NCCL_ASYNC_ERROR_HANDLING`` are listed in :data:`NCCL`; see :mod:`ddp_tutorial.whoami` and
-:mod:`ddp_tutorial.process_group`.
+NCCL's own variables (``NCCL_DEBUG``, ``NCCL_SOCKET_IFNAME``) are set by the job templates
+(:mod:`ddp_tutorial.slurm.render`); ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` is torch's, left at its default
+(:mod:`ddp_tutorial.process_group`). Who reads the table: :mod:`ddp_tutorial.whoami`.
 """
 
 from __future__ import annotations
@@ -54,14 +54,3 @@ SLURM_TASKS_PER_NODE = "SLURM_TASKS_PER_NODE"
 SLURM_STEP_TASKS_PER_NODE = "SLURM_STEP_TASKS_PER_NODE"
 SLURM_GPUS_PER_TASK = "SLURM_GPUS_PER_TASK"
 SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
-SLURM = (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NPROCS, SLURM_NNODES, SLURM_JOB_NUM_NODES,
-         SLURM_STEP_NUM_NODES, SLURM_NODEID, SLURM_JOB_NODELIST, SLURM_NODELIST, SLURM_JOB_ID,
-         SLURM_TASKS_PER_NODE, SLURM_STEP_TASKS_PER_NODE, SLURM_GPUS_PER_TASK, SLURM_GPUS_ON_NODE)
-
-# GPUs and NCCL
-CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
-NCCL_DEBUG = "NCCL_DEBUG"
-NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"
-NCCL_IB_HCA = "NCCL_IB_HCA"
-TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-NCCL = (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, TORCH_NCCL_ASYNC_ERROR_HANDLING)

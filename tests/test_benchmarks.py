@@ -137,9 +137,10 @@ def test_plot_results_draws_the_recorded_json(lang, tmp_path):
     fig.savefig(out, dpi=50)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # draw_figure (what --figure writes) draws the same figure to a file.
+    # save_figure (what --figure uses) writes the same figure to a file, its folder created.
     again = tmp_path / "sub" / "again.png"
-    figures.draw_figure(again, report["time_to_accuracy"]["target"], report["scaling"], curves, lang=lang)
+    figures.save_figure(again, figures.scaling_figure(report["time_to_accuracy"]["target"], report["scaling"],
+                                                      curves, lang))
     assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

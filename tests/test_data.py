@@ -17,7 +17,7 @@ import torch
 from torchvision.datasets import MNIST
 from torchvision.transforms import ToTensor
 
-from ddp_tutorial import data, staging
+from ddp_tutorial import data, datasets, staging
 from ddp_tutorial.i18n import TutorialError, catalogue
 
 try:
@@ -339,11 +339,11 @@ def test_offline_download_fails_fast_and_clearly(tmp_path, monkeypatch):
 def test_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("DDP_TUTORIAL_ROOT", raising=False)
     monkeypatch.delenv("DDP_TUTORIAL_DATASET", raising=False)
-    assert data.default_root() == Path.home() / ".cache" / "ddp-tutorial" / "data"
-    assert data.default_dataset() == "mnist"
+    assert datasets.default_root() == Path.home() / ".cache" / "ddp-tutorial" / "data"
+    assert datasets.default_dataset() == "mnist"
     monkeypatch.setenv("DDP_TUTORIAL_ROOT", str(tmp_path))
     monkeypatch.setenv("DDP_TUTORIAL_DATASET", "fashion-mnist")
-    assert data.default_root() == tmp_path and data.default_dataset() == "fashion-mnist"
+    assert datasets.default_root() == tmp_path and datasets.default_dataset() == "fashion-mnist"
 
 
 def test_messages_in_both_languages():

@@ -271,13 +271,9 @@ def engine_leftovers():
 
 
 @pytest.fixture(scope="module")
-def engines():
+def engines(two_engines):
     """Two local engines, kept for this module's runs (reused between calls, as in a notebook)."""
-    from ddp_tutorial import ipp
-    ipp.stop(force=True)
-    ipp.start(2)
     yield
-    ipp.stop(force=True)
 
 
 def test_ipp_run_runs_a_torchrun_style_function_as_it_is(engines, capsys):

@@ -88,7 +88,8 @@ def test_scale_lr_rules_and_warmup(mnist_root):
     base = TrainConfig(lr=1e-3)
     assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="linear").validated(), 6) == pytest.approx(6e-3)
     assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="sqrt").validated(), 6) == pytest.approx(1e-3 * math.sqrt(6))
-    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr=True).validated(), 4) == pytest.approx(4e-3)  # old bool form
+    with pytest.raises(TutorialError):  # the old bool form is gone: a rule's name or nothing
+        TrainConfig(scale_lr=True).validated()
     assert scaled_lr(base.validated(), 6) == 1e-3
     with pytest.raises(TutorialError):
         TrainConfig(scale_lr="cubic").validated()

@@ -52,3 +52,31 @@ def test_a_user_scripts_arguments_are_not_checked(tmp_path, capsys):
                  "--run-dir", str(tmp_path / "runs"), "--script-args=--epochs abc --nproc-per-node 4"]) == 0, \
         capsys.readouterr().err
     assert "--epochs abc --nproc-per-node 4" in out.read_text().replace("'", "")
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+@pytest.mark.parametrize("after", [["--epochs", "5"], ["--epochs=5"], ["--epo", "5"]])
+def test_an_option_given_to_render_and_again_after_the_dashes_is_refused(lang, after, tmp_path, capsys,
+                                                                         monkeypatch):
+    """Round 4, S05: `--epochs 3 -- --epochs 5` rendered both and the later won silently (abbreviations too)."""
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+    out = tmp_path / "job.sh"
+    code = main(["slurm", "render", "--template", "per-gpu", "--epochs", "3", "--run-dir", str(tmp_path / "runs"),
+                 "-o", str(out), "--", *after])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists(), err
+    assert ("--epochs is given twice" if lang == "en" else "--epochs iki kez verilmiş") in err and "(3)" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_output_path_is_named_as_such(lang, empty, tmp_path, capsys, monkeypatch):
+    """Round 4, S17: `-o ""` said "Cannot use ?: it is a directory"."""
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+    monkeypatch.chdir(tmp_path)
+    code = main(["slurm", "render", "--template", "per-gpu", "-o", empty])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert ("-o was given an empty path" if lang == "en" else "-o seçeneğine boş bir yol verilmiş") in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -41,6 +41,9 @@ def in_float64(fn):
     """``fn`` run with torch's default floating type float64 (double precision), then the type it
     found put back. ``cnn_single``'s ``load`` and ``SmallCNN`` follow the default type, so an
     unchanged ``train_ddp`` trains in float64 under it (notebook 08's proof; the check)."""
+    import functools
+
+    @functools.wraps(fn)  # the same signature: ipp.run still sees the `env` first parameter
     def run(*args, **kwargs):
         import torch
         before = torch.get_default_dtype()
@@ -49,7 +52,6 @@ def in_float64(fn):
             return fn(*args, **kwargs)
         finally:
             torch.set_default_dtype(before)
-    run.__name__ = run.__qualname__ = getattr(fn, "__name__", "run")
     return run
 
 

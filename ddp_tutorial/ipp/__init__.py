@@ -197,6 +197,7 @@ def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bo
 
     ``output``: ``rank0`` (default), ``all`` or ``none``, as for :func:`run`. ``slurm_names``: also set
     srun's names (``SLURM_PROCID`` …); default: when the script reads them (:mod:`ddp_tutorial.script_check`).
+    ``device``: the engines, as for :func:`start` (``auto``, ``cuda`` or ``cpu``).
     A script that starts its own processes per node (``mp.spawn``, the seed's parent) is refused: run it
     with ``python`` on one machine, or with ``slurm render --template per-gpu --nproc-per-node 1``.
     """

@@ -146,6 +146,8 @@ def make_log_dirs(text: str) -> None:
 
 
 def _cmd_render(args) -> int:
+    if args.output is not None and not args.output.strip():  # -o "": not a file name (S17)
+        raise TutorialError("slurm.empty_output")
     text = render(_spec_from_args(args))
     if args.output in (None, "-"):
         sys.stdout.write(text)

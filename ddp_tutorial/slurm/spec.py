@@ -365,6 +365,10 @@ def check_train_args(spec: JobSpec) -> None:
         for name in ("device", "threads", "json", "checkpoint_dir", "resume"):
             if given.get(name) != defaults.get(name):
                 raise _set_by_job(option_name(name))
+        for name in JOB_OPTIONS:  # given to render and again after --: the later would win, silently
+            if getattr(spec, name) is not None and given.get(name) != defaults.get(name):
+                raise TutorialError("slurm_train.twice", option=option_name(name), first=getattr(spec, name),
+                                    second=given.get(name))
         full = [*spec.training_argv, "--device", "cuda" if spec.gpus_per_node else "cpu",
                 "--threads", str(spec.cpus_per_process), *spec.train_args]
         config_from_args(parser.parse_args(full))  # the cross-option rules too (model size …)

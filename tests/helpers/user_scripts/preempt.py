@@ -57,7 +57,8 @@ for epoch in range(start, epochs):
         if dist.get_rank() == 0:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "epoch": epoch + 1}, CKPT + ".tmp"); os.replace(CKPT + ".tmp", CKPT)  # noqa: E702
-        dist.barrier(); dist.destroy_process_group(); sys.exit(75)   # 75: requeue me  # noqa: E702
+        dist.barrier(); dist.destroy_process_group()  # noqa: E702
+        sys.stdout.flush(); os._exit(75)     # 75: requeue me (os._exit: no teardown abort)  # noqa: E702
 
 if dist.get_rank() == 0:
     with open(RESULT + ".tmp", "w") as f:
@@ -65,3 +66,5 @@ if dist.get_rank() == 0:
                    "weights": [p.detach().flatten().tolist() for p in model.parameters()]}, f)
     os.replace(RESULT + ".tmp", RESULT)
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # as slurm/README.md says: no teardown abort after a finished run
