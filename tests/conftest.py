@@ -58,7 +58,7 @@ def slurm_cluster():
 
 # ===== The fast tier =========================================================================
 # `bash scripts/test.sh -m "not slow"` is what a developer runs before a change. Slow: the SLURM lab, the browser,
-# the exercise modules (they start engines) — by marker — and every test that took 10 s or more in a full run
+# the exercise modules (they start engines) — by marker — and every test that took 5 s or more in a full run
 # on the 2-core CI machine (`--durations`, printed by scripts/test.sh): SLOW_TESTS, file::name without
 # parameters. The notebooks are slow too (notebooks/conftest.py).
 SLOW_MARKERS = ("slurm", "browser", "exercises")
