@@ -126,7 +126,7 @@ def test_launch_env_is_the_one_list_of_launcher_variables():
         assert not quoted, f"{module} spells {sorted(quoted)} itself: use launch_env"
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NNODES", "SLURM_NODEID",
-                 "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_TASKS_PER_NODE", "CUDA_VISIBLE_DEVICES"):
+                 "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_TASKS_PER_NODE"):
         assert getattr(launch_env, name) == name
 
 
