@@ -64,32 +64,12 @@ def _rank(rank: int, ports: list, root: str, folder: str) -> None:
                    os.path.join(folder, f"result-{dtype}-{rank}.pt"))
 
 
-def _replay(root: str, batches0: list, batches1, dtype: str):
-    """One process, the union of both ranks' batches at every step (rank 0's alone if ``batches1``
-    is None): its final weights, in ``dtype``."""
-    import torch
-
-    from ddp_tutorial.exercises import capstone, cnn_single
-
-    def replay():
-        images, labels = cnn_single.load(root, True, LIMIT)
-        torch.manual_seed(0)
-        one = cnn_single.SmallCNN()
-        optimizer = torch.optim.SGD(one.parameters(), lr=LR)
-        for step, batch0 in enumerate(batches0):
-            batch = batch0 if batches1 is None else torch.cat([batch0, batches1[step]])
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(one(images[batch]), labels[batch]).backward()
-            optimizer.step()
-        return torch.cat([p.detach().flatten() for p in one.parameters()])
-    return capstone.in_float64(replay)() if dtype == "float64" else replay()
-
-
 def measure_here(root: str) -> dict:
     """This interpreter's capability: {dtype: {"gap": …, "mistake": …}}."""
     import torch
     import torch.multiprocessing as mp
 
+    from ddp_tutorial.exercises import capstone
     from ddp_tutorial.whoami import find_free_port
     with tempfile.TemporaryDirectory(prefix="proof-precision-") as folder:
         ports = [find_free_port(), find_free_port()]
@@ -97,8 +77,9 @@ def measure_here(root: str) -> dict:
         found = {}
         for dtype in DTYPES:
             r0, r1 = (torch.load(os.path.join(folder, f"result-{dtype}-{rank}.pt")) for rank in (0, 1))
-            same = _replay(root, r0["batches"], r1["batches"], dtype)
-            wrong = _replay(root, r0["batches"], None, dtype)
+            replay = capstone.in_float64(capstone.replay) if dtype == "float64" else capstone.replay
+            same = replay(root, LIMIT, LR, [r0["batches"], r1["batches"]])
+            wrong = replay(root, LIMIT, LR, [r0["batches"]])  # a mistake: rank 1's batch left out
             found[dtype] = {"gap": (r0["weights"] - same).abs().max().item(),
                             "mistake": (r0["weights"] - wrong).abs().max().item(),
                             "weights_dtype": str(r0["weights"].dtype).replace("torch.", ""),

@@ -17,6 +17,7 @@ tolerance (:data:`EXACT`) separates rounding from a real mistake on every CPU.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import re
 from pathlib import Path
@@ -41,8 +42,6 @@ def in_float64(fn):
     """``fn`` run with torch's default floating type float64 (double precision), then the type it
     found put back. ``cnn_single``'s ``load`` and ``SmallCNN`` follow the default type, so an
     unchanged ``train_ddp`` trains in float64 under it (notebook 08's proof; the check)."""
-    import functools
-
     @functools.wraps(fn)  # the same signature: ipp.run still sees the `env` first parameter
     def run(*args, **kwargs):
         import torch
@@ -299,10 +298,28 @@ def _check_samples(facts: list) -> None:
                  want=short_list(sum(want, [])), want_count=len(sum(want, [])))
 
 
-def _check_weights(facts: list, root: str) -> dict:
+def replay(root: str, limit: int, lr: float, batches_of_ranks: list):
+    """One process trained on the union of every rank's batch at every step (SGD, seed 0, the first
+    ``limit`` training images): its final weights, flat, in torch's default type (:func:`in_float64`)."""
     import torch
 
     from . import cnn_single
+    images, labels = cnn_single.load(root, True, limit)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+        torch.manual_seed(0)
+        one = cnn_single.SmallCNN()
+    optimizer = torch.optim.SGD(one.parameters(), lr=lr)
+    for batches in zip(*batches_of_ranks):
+        batch = torch.cat([torch.as_tensor(b) for b in batches])
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(one(images[batch]), labels[batch]).backward()
+        optimizer.step()
+    return torch.cat([p.detach().flatten() for p in one.parameters()])
+
+
+def _check_weights(facts: list, root: str) -> dict:
+    import torch
+
     weights = [fact["result"]["weights"] for fact in facts]
     size = sum(p.numel() for p in _reference_model().parameters())
     for rank, w in enumerate(weights):
@@ -310,15 +327,7 @@ def _check_weights(facts: list, root: str) -> dict:
             fail("ex.train_ddp.weights_contract", rank=rank, got=shown(w), size=number(size))
     if any(not torch.equal(weights[0], w) for w in weights[1:]):
         fail("ex.train_ddp.differ")
-    images, labels = in_float64(cnn_single.load)(root, True, LIMIT)
-    one = _reference_model()
-    optimizer = torch.optim.SGD(one.parameters(), lr=LR)
-    for batches in zip(*(fact["result"]["batches"] for fact in facts)):
-        batch = torch.cat([torch.as_tensor(b) for b in batches])
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(one(images[batch]), labels[batch]).backward()
-        optimizer.step()
-    want = torch.cat([p.detach().flatten() for p in one.parameters()])
+    want = in_float64(replay)(root, LIMIT, LR, [fact["result"]["batches"] for fact in facts])
     gap = (weights[0] - want).abs().max().item() if weights[0].shape == want.shape else float("inf")
     if gap > EXACT:
         fail("ex.train_ddp.replay", gap=f"{gap:.2g}", lr=LR)
