@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from . import launch_env as names
 from .i18n import TutorialError, t
 
-TORCHRUN_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-SLURM_NAMES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NODEID",
-               "SLURM_NTASKS_PER_NODE", "SLURM_NNODES")
+# What a script reads tells its convention: the launcher variables of launch_env (the one list).
+TORCHRUN_NAMES = (names.RANK, names.LOCAL_RANK, names.WORLD_SIZE, names.LOCAL_WORLD_SIZE)
+SLURM_NAMES = (names.SLURM_PROCID, names.SLURM_LOCALID, names.SLURM_NTASKS, names.SLURM_NPROCS, names.SLURM_NODEID,
+               names.SLURM_NTASKS_PER_NODE, names.SLURM_NNODES)
 
 
 def _quoted(name: str) -> re.Pattern:

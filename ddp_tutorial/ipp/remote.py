@@ -269,9 +269,9 @@ def launcher_environment(place: Place, slurm_names: bool = False) -> dict:
         nodes = -(-place.world_size // per_node)
         values.update({names.SLURM_PROCID: place.rank, names.SLURM_LOCALID: place.local_rank,
                        names.SLURM_NTASKS: place.world_size, names.SLURM_NPROCS: place.world_size,
-                       "SLURM_NTASKS_PER_NODE": place.nproc_per_node, names.SLURM_NNODES: nodes,
+                       names.SLURM_NTASKS_PER_NODE: place.nproc_per_node, names.SLURM_NNODES: nodes,
                        names.SLURM_NODEID: place.rank // per_node,
-                       "SLURM_CPUS_PER_TASK": max(1, (os.cpu_count() or 1) // per_node)})
+                       names.SLURM_CPUS_PER_TASK: max(1, (os.cpu_count() or 1) // per_node)})
         if place.use_cuda:  # GPU engines: one GPU each, as --gres gives a node's tasks (never claimed on a CPU)
             values[names.SLURM_GPUS_ON_NODE] = place.nproc_per_node
     return {key: str(value) for key, value in values.items()}
