@@ -19,7 +19,7 @@ stands (no torch import: the launchers, the ipyparallel engines and the sbatch d
 | ``SLURM_TASKS_PER_NODE`` / ``SLURM_STEP_TASKS_PER_NODE`` | sbatch/srun | tasks per node, ``2(x3),1`` |
 | ``SLURM_GPUS_PER_TASK`` | ``--gpus-per-task`` | GPUs bound to each task (each task then sees its own as device 0) |
 | ``SLURM_GPUS_ON_NODE`` | ``--gres``/``--gpus`` | GPUs of the job on this node |
-| ``SLURM_NTASKS_PER_NODE`` / ``SLURM_CPUS_PER_TASK`` | sbatch | tasks per node, cores per task (``ipp.run`` sets them for SLURM-style scripts) |
+| ``SLURM_NTASKS_PER_NODE`` / ``SLURM_CPUS_PER_TASK`` | sbatch | tasks per node, cores per task |
 | ``CUDA_VISIBLE_DEVICES`` | SLURM (gres), the user | which GPUs this process sees, renumbered from 0 |
 
 NCCL's own variables (``NCCL_DEBUG``, ``NCCL_SOCKET_IFNAME``) are set by the job templates
