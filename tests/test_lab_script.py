@@ -1,16 +1,26 @@
-"""scripts/lab.sh refuses what it cannot use at once, in one line, before any setup (issue 25 L02/L03)."""
+"""scripts/lab.sh refuses what it cannot use at once, in one line, before any setup (issue 25 L02/L03); with
+the class environment (DDP_TUTORIAL_VENV, issue 34 item 1) it installs nothing, even into a read-only one;
+scripts/setup.sh --prefix builds that environment.
+
+No test here ever runs setup.sh into this checkout's .venv: lab.sh is given DDP_TUTORIAL_VENV=<that venv>
+(which it must leave untouched: it is mounted read-only for the run), the install path runs in throw-away
+checkouts whose setup.sh is a recording stand-in, and setup.sh itself runs with a stand-in pip."""
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from ddp_tutorial import gpu
+
 REPO = Path(__file__).resolve().parents[1]
+VENV = REPO / ".venv"
 
 
 def lab(*args, **env):
-    environ = dict(os.environ, **env)
+    environ = dict(os.environ, **{"DDP_TUTORIAL_VENV": str(VENV), **env})   # never setup.sh into the checkout's .venv
     return subprocess.run(["bash", str(REPO / "scripts" / "lab.sh"), *args], cwd=REPO, env=environ,
                           capture_output=True, text=True, timeout=60)
 
@@ -28,12 +38,20 @@ def test_an_unknown_data_set_is_named_in_the_attendees_language(language, words)
     assert done.returncode == 2 and words in done.stderr and "cifar10" in done.stderr, done.stderr
 
 
-def test_a_start_when_nothing_changed_neither_installs_nor_stages(tmp_path):
-    """Issue 26 R7: the second start goes straight to JupyterLab (here `jupyter lab --version`, the
-    options after the language are JupyterLab's), with no setup.sh and no staging, on the one data
-    folder README and 00 name: ~/ddp-data."""
-    stamp = REPO / ".venv" / ".lab-setup-done"   # scripts/setup.sh leaves it (CI ran setup.sh --test)
-    assert stamp.exists(), "scripts/setup.sh did not leave .venv/.lab-setup-done"
+def read_only(command: list, *folders: Path) -> list:
+    """``command`` in a mount namespace of its own where ``folders`` are read-only (root: the tests'
+    SLURM lab needs it too); nothing changes outside that namespace."""
+    mounts = " && ".join(f"mount --bind {f} {f} && mount -o remount,bind,ro {f}" for f in folders)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *command]
+
+
+def test_the_class_environment_is_used_read_only_and_nothing_is_staged_twice(tmp_path):
+    """Issue 34 item 1 (review N1): with DDP_TUTORIAL_VENV the start installs nothing per attendee, and
+    works with that environment read-only (here this checkout's .venv, mounted read-only for the run):
+    straight to JupyterLab (here `jupyter lab --version`, the options after the language are JupyterLab's),
+    no setup.sh and no staging, on the one data folder README and 00 name: ~/ddp-data (issue 26 R7)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a read-only bind mount of the venv)")
     root = Path(os.environ.get("DDP_TUTORIAL_ROOT", REPO / ".data"))   # what scripts/test.sh staged
     folder, name = next(((f, n) for f, n in (("MNIST", "mnist"), ("FashionMNIST", "fashion-mnist"))
                          if (root / f).is_dir()), (None, None))
@@ -42,12 +60,15 @@ def test_a_start_when_nothing_changed_neither_installs_nor_stages(tmp_path):
     (home / "ddp-data").mkdir(parents=True)
     (home / "ddp-data" / folder).symlink_to(root / folder)
     environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_ROOT", "DDP_TUTORIAL_DATASET")}
-    environ.update(HOME=str(home), DDP_TUTORIAL_WORK=str(tmp_path / "work"))
-    done = subprocess.run(["bash", str(REPO / "scripts" / "lab.sh"), "tr", "--version"], cwd=REPO, env=environ,
-                          capture_output=True, text=True, timeout=120)
+    environ.update(HOME=str(home), DDP_TUTORIAL_WORK=str(tmp_path / "work"), DDP_TUTORIAL_VENV=str(VENV))
+    before = {p: p.stat().st_mtime_ns for p in (VENV, VENV / "bin", *VENV.glob("lib/python*/site-packages"))}
+    done = subprocess.run(read_only(["bash", str(REPO / "scripts" / "lab.sh"), "tr", "--version"], VENV),
+                          cwd=REPO, env=environ, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"veri kümesi: {name} ({home / 'ddp-data'})" in done.stdout, done.stdout
     assert "pip install" not in done.stdout and "hazırlanıyor" not in done.stdout and "staging" not in done.stdout
+    assert "Read-only" not in done.stderr, done.stderr
+    assert before == {p: p.stat().st_mtime_ns for p in before}   # nothing added to or removed from the venv
     assert (tmp_path / "work" / "tr" / "00_setup.ipynb").exists()   # the attendee's copy was made
     assert not list(home.glob("ddp-data/*/raw/*.partial*"))           # nothing was written into the data
 
@@ -80,7 +101,8 @@ def checkout_with_a_stand_in_jupyter(tmp_path: Path) -> Path:
     (clone / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
     (clone / "notebooks" / "lab").mkdir(parents=True)
     (clone / "notebooks" / "lab" / "overrides.json").write_bytes((REPO / "notebooks/lab/overrides.json").read_bytes())
-    (clone / "notebooks" / "en").symlink_to(REPO / "notebooks" / "en")
+    for lang in ("en", "tr"):
+        (clone / "notebooks" / lang).symlink_to(REPO / "notebooks" / lang)
     venv = REPO / ".venv"
     (clone / ".venv" / "bin").mkdir(parents=True)
     (clone / ".venv" / "pyvenv.cfg").write_bytes((venv / "pyvenv.cfg").read_bytes())
@@ -177,3 +199,118 @@ def test_a_working_copy_outside_the_checkout_is_warned_about(tmp_path):
     inside = subprocess.run(["bash", "scripts/lab.sh", "en"], cwd=clone, capture_output=True, text=True, timeout=120,
                             env=dict(environ, DDP_TUTORIAL_WORK="ws"))
     assert "outside the checkout" not in inside.stderr
+
+
+RECORDING_SETUP = """#!/bin/bash
+# A stand-in for scripts/setup.sh: what lab.sh asked of it.
+echo "SETUP $* LANG=$DDP_TUTORIAL_LANG${DDP_TUTORIAL_SITE:+ SITE=$DDP_TUTORIAL_SITE}" >> "${0%/*}/../setup-calls"
+"""
+
+
+def _staged_root() -> Path:
+    root = Path(os.environ.get("DDP_TUTORIAL_ROOT", REPO / ".data"))   # what scripts/test.sh staged
+    if not any((root / f).is_dir() for f in ("MNIST", "FashionMNIST")):
+        pytest.skip(f"no data set staged in {root} (scripts/test.sh stages one)")
+    return root
+
+
+@pytest.mark.parametrize("args, env, expected", [
+    (["tr", "--site", "truba"], {}, "SETUP --site truba LANG=tr"),
+    (["en", "--site=truba"], {}, "SETUP --site truba LANG=en"),
+    (["en"], {"DDP_TUTORIAL_SITE": "truba"}, "SETUP --site truba LANG=en SITE=truba"),
+    (["tr"], {}, "SETUP  LANG=tr"),
+])
+def test_where_lab_sh_installs_it_passes_the_site_through(tmp_path, args, env, expected):
+    """Issue 34 item 1: lab.sh without a class environment runs setup.sh with the site (--site NAME, or
+    DDP_TUTORIAL_SITE) and the attendee's language; --site never reaches JupyterLab."""
+    clone = checkout_with_a_stand_in_jupyter(tmp_path)
+    (clone / ".venv" / ".lab-setup-done").unlink()                  # a first start: setup is due
+    (clone / "scripts" / "setup.sh").write_text(RECORDING_SETUP)
+    environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_SITE", "DDP_TUTORIAL_VENV")}
+    environ.update(DDP_TUTORIAL_ROOT=str(_staged_root()), DDP_TUTORIAL_WORK="ws", **env)
+    done = subprocess.run(["bash", "scripts/lab.sh", *args], cwd=clone, env=environ, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (clone / "setup-calls").read_text().splitlines() == [expected]
+    assert "ARG --site" not in done.stdout and "ARG truba" not in done.stdout, done.stdout
+
+
+def test_with_a_class_environment_lab_sh_never_runs_setup(tmp_path):
+    """Even when setup would be due (no stamp), DDP_TUTORIAL_VENV means: use it, install nothing."""
+    clone = checkout_with_a_stand_in_jupyter(tmp_path)
+    (clone / ".venv" / ".lab-setup-done").unlink()
+    (clone / "scripts" / "setup.sh").write_text(RECORDING_SETUP)
+    environ = dict(os.environ, DDP_TUTORIAL_ROOT=str(_staged_root()), DDP_TUTORIAL_WORK="ws",
+                   DDP_TUTORIAL_VENV=".venv")   # relative: the caller's folder (here the clone)
+    done = subprocess.run(["bash", "scripts/lab.sh", "en", "--site", "truba"], cwd=clone, env=environ,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (clone / "setup-calls").exists()
+    assert f"CWD {clone / 'ws' / 'en'}" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("lang, words", [("en", "there is no Python environment there"),
+                                         ("tr", "orada bir Python ortamı yok")])
+def test_a_class_environment_that_is_not_there_is_named(tmp_path, lang, words):
+    done = lab(lang, DDP_TUTORIAL_VENV=str(tmp_path / "nowhere"))
+    assert done.returncode == 2 and words in done.stderr and str(tmp_path / "nowhere") in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+
+
+STAND_IN_PIP = """#!/bin/bash
+# This environment's python, except that pip (-m pip --disable-pip-version-check -q …) only records
+# what it was asked (no download, no install)
+# and torch counts as not installed yet; everything else is the test venv's real Python.
+if [ "$1 $2" = "-m pip" ]; then shift 4; echo "$*" >> "{log}"; exit 0; fi
+case "$*" in *"import torch, torchvision, sys"*) exit 1 ;; esac
+exec "{python}" "$@"
+"""
+
+
+def class_environment_stand_in(tmp_path: Path) -> Path:
+    """A --prefix folder that already holds a "venv" whose pip is the recorder above."""
+    prefix = tmp_path / "class-env"
+    (prefix / "bin").mkdir(parents=True)
+    python = prefix / "bin" / "python"
+    python.write_text(STAND_IN_PIP.replace("{log}", str(tmp_path / "pip.log"))
+                      .replace("{python}", str(VENV / "bin" / "python")))
+    python.chmod(0o755)
+    return prefix
+
+
+def _setup(tmp_path, *args, wrap=(), **env):
+    environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_SITE", "VENV", "VIRTUAL_ENV")}
+    environ.update(SKIP_SYSTEM="1", DDP_TUTORIAL_LANG="en", **env)
+    return subprocess.run([*wrap, "bash", str(REPO / "scripts" / "setup.sh"), *args], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(tmp_path):
+    """`setup.sh --site truba --prefix DIR` (DIR relative to the caller): torch pinned from the cu126
+    index, the package as a copy (not -e: it must not depend on the instructor's checkout), JupyterLab's
+    settings inside DIR, everything readable by all, and the attendees' command printed."""
+    prefix = class_environment_stand_in(tmp_path)
+    done = _setup(tmp_path, "--site", "truba", "--prefix", "class-env")
+    assert done.returncode == 0, done.stdout + done.stderr
+    pins = f"torch=={gpu.TORCH_VERSION} torchvision=={gpu.TORCHVISION_VERSION}"
+    assert (tmp_path / "pip.log").read_text().splitlines() == [
+        f"install --force-reinstall --index-url {gpu.VARIANTS['cu126'].index_url} {pins}",
+        f"install --no-cache-dir {pins} .[notebooks]"]
+    assert (prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json").is_file()
+    assert f"DDP_TUTORIAL_VENV={prefix} bash scripts/lab.sh tr" in done.stdout, done.stdout
+    assert all(p.stat().st_mode & 0o004 for p in prefix.rglob("*"))
+
+
+@pytest.mark.parametrize("site, variant", [("", "cu126"), ("none", "cu130")])
+def test_setup_recognises_truba_by_its_login_node_name(tmp_path, site, variant):
+    """A login node named arf-ui1 (a UTS namespace of its own): --site truba is taken and said, unless
+    DDP_TUTORIAL_SITE=none; then the node's own choice (no GPU: PyPI's cu130)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a host name of its own)")
+    class_environment_stand_in(tmp_path)
+    wrap = ["unshare", "--uts", "sh", "-c", 'hostname arf-ui1 && exec "$@"', "sh"]
+    done = _setup(tmp_path, "--prefix", "class-env", wrap=wrap, DDP_TUTORIAL_SITE=site)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("TRUBA recognised" in done.stdout) == (site == ""), done.stdout
+    first = (tmp_path / "pip.log").read_text().splitlines()[0]
+    assert (gpu.VARIANTS["cu126"].index_url in first) == (variant == "cu126"), first
