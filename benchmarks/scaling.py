@@ -81,7 +81,7 @@ def print_scaling(o, throughput: dict, curves: List[dict]) -> None:
     print(t("bench.scaling_title"))
     print(t("bench.scaling_header"))
     for world, row in throughput.items():
-        print(f"{world:>5}  {rate(row['samples_per_second']):>10}  {row['speedup']:>7.2f}×  "
+        print(f"{world:>12}  {rate(row['samples_per_second']):>10}  {row['speedup']:>7.2f}×  "
               f"{pct(row['efficiency']):>10}")
     print()
     print(t("bench.tta_title", target=o.target_accuracy))
@@ -91,7 +91,7 @@ def print_scaling(o, throughput: dict, curves: List[dict]) -> None:
         lr = f"{c['lr']:g}" + (" " + t("bench.scaled") if c["scale_lr"] else "")
         if c["reached"]:
             r = c["reached"]
-            print(f"{c['world_size']:>5}  {lr:<18}  {r['epoch']:>6}  {r['steps']:>5}  "
+            print(f"{c['world_size']:>12}  {lr:<18}  {r['epoch']:>6}  {r['steps']:>5}  "
                   f"{r['train_seconds']:>7.1f}  {accs}")
         else:
-            print(f"{c['world_size']:>5}  {lr:<18}  {t('bench.not_reached', epochs=len(c['epochs'])):<30}  {accs}")
+            print(f"{c['world_size']:>12}  {lr:<18}  {t('bench.not_reached', epochs=len(c['epochs'])):<30}  {accs}")

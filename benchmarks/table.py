@@ -70,7 +70,7 @@ def print_table(o, table: dict, checked: dict) -> None:
             ratios = ""
             if variant == "package":
                 ratios = f"{row['package_over_seed']:>11.2f}×  {row['package_over_bound']:>11.2f}×"
-            print(f"{world:>5}  {t(VARIANT_LABELS[variant]):<9}  {spread:<28}  {s['seconds_per_epoch']:>7.2f}  "
+            print(f"{world:>12}  {t(VARIANT_LABELS[variant]):<9}  {spread:<28}  {s['seconds_per_epoch']:>7.2f}  "
                   f"{s['wall_seconds']:>7.2f}   {ratios}")
     print(t("bench.legend"))
     if checked:
