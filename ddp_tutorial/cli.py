@@ -5,6 +5,7 @@
     ddp-tutorial slurm render|submit|status|wait|cancel|logs ...
     ddp-tutorial env          # what this process would be told: rank, world size, master, backend
     ddp-tutorial check-script train.py   # the lines to change to run anywhere, and the launch that fits
+    ddp-tutorial site-check --reservation NAME   # the day-before check at the site (ok / what to do)
 
 It answers at once: only the chosen subcommand's module is imported, and ``--help``, ``train
 --help``, ``data check`` and ``slurm render`` never import torch. Help texts and argparse's own
@@ -80,6 +81,11 @@ def _add_slurm(sub) -> None:
     add_cli(sub)
 
 
+def _add_site_check(sub) -> None:
+    from .site_check import add_cli
+    add_cli(sub)
+
+
 # name → (adds the full parser, the catalogue key of its one-line help)
 COMMANDS: Dict[str, Tuple[Callable, str]] = {
     "train": (_add_train, "cli.train"),
@@ -87,6 +93,7 @@ COMMANDS: Dict[str, Tuple[Callable, str]] = {
     "data": (_add_data, "data.cli.data"),
     "slurm": (_add_slurm, "cli.slurm"),
     "check-script": (_add_check_script, "cli.check_script"),
+    "site-check": (_add_site_check, "site.cli_help"),
 }
 
 

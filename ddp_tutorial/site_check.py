@@ -1,0 +1,284 @@
+"""The day-before check at the site (issue 34 item 7): ``ddp-tutorial site-check``.
+
+The instructor runs it on the login node the attendees' JupyterLab submits from, with the class
+environment and the workshop's SLURM settings, the day before::
+
+    DDP_TUTORIAL_ROOT=/shared/ddp-data ddp-tutorial site-check --partition akya-cuda --account ACCT --reservation NAME
+
+One line per check, ``ok`` or ``!!`` and what to do; exit code 0 only when every line is ok:
+
+* **python** — this interpreter is >= 3.11 (the class environment's, when it is the one running);
+* **torch** — the build against this node's driver and GPUs (:func:`ddp_tutorial.gpu.check`); on a login
+  node without GPUs, against every GPU partition of the site (``--site``/``DDP_TUTORIAL_SITE``);
+* **slurm** — ``sbatch --test-only`` accepts a job with the partition, account and reservation
+  (flags, else ``SBATCH_PARTITION``/``SBATCH_ACCOUNT``/``SBATCH_RESERVATION``);
+* **data** — both data sets staged and whole in the data root (``--root``, else ``DDP_TUTORIAL_ROOT``);
+* **ports** — a one-task job on a compute node connects back to a TCP port opened here, on this node's
+  address towards the SLURM controller (where notebook 05's ipyparallel controller listens);
+* **interface** — on that node, the sbatch templates' interface rule
+  (:data:`ddp_tutorial.slurm.render.IFNAME_RULE`) names an interface, never ``lo``/127.*.
+
+``--no-slurm`` leaves out the last three SLURM lines (e.g. when run inside a GPU job to check the build
+against the node's real GPUs). No torch import until the torch line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .i18n import TutorialError, t
+
+#: sbatch's own variables for the three settings a workshop job needs (flags win).
+SLURM_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
+DATASETS = ("mnist", "fashion-mnist")
+
+
+@dataclass
+class Line:
+    """One check's answer: ok or not, and its text (key of messages ``site.*`` and its fields)."""
+
+    ok: bool
+    key: str
+    fields: Dict[str, object] = field(default_factory=dict)
+
+    def text(self, lang: Optional[str] = None) -> str:
+        return ("ok   " if self.ok else "!!   ") + t(f"site.{self.key}", lang, **self.fields)
+
+
+# ---- Python and torch
+
+
+def check_python() -> Line:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < (3, 11):  # unreachable in practice (the package reads TOML with tomllib)
+        from .gpu import SITES
+        return Line(False, "python_old", dict(version=version, module=SITES["truba"].python_module))
+    return Line(True, "python_ok", dict(version=version, path=sys.prefix))
+
+
+def check_torch(site: Optional[str]) -> Line:
+    from . import gpu
+    try:
+        version, cuda, arch = gpu.torch_facts()
+    except ImportError as error:
+        return Line(False, "torch_missing", dict(why=str(error)))
+    build = t("gpu.build_cuda", cuda=cuda) if cuda else t("gpu.build_cpu")
+    gpus, driver, _ = gpu.node_facts()
+    if gpus:
+        import torch
+        verdict = gpu.compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
+        return Line(verdict.ok, "torch_node", dict(torch=version, build=build, verdict=verdict.message(),
+                                                   visible=torch.cuda.device_count(), gpus=len(gpus)))
+    if not site:
+        return Line(True, "torch_no_gpu", dict(torch=version, build=build))
+    if site not in gpu.SITES:
+        return Line(False, "unknown_site", dict(site=site, sites=", ".join(gpu.SITES)))
+    s, fits = gpu.SITES[site], gpu.choose(site).variant
+    mine = gpu.VARIANTS.get(gpu.variant_of(cuda) or "")
+    ok = mine is not None and all(gpu.has_kernels(c, mine.arch_list) for c in s.partitions.values()) \
+        and (gpu.driver_major(s.driver) or 0) >= mine.min_driver
+    return Line(ok, "torch_site" if ok else "torch_site_bad",
+                dict(torch=version, build=build, site=site, fits=fits, partitions=", ".join(s.partitions)))
+
+
+# ---- SLURM: the job is accepted, a node reaches back, the interface rule
+
+
+def slurm_settings(given: Dict[str, Optional[str]]) -> Dict[str, str]:
+    """partition/account/reservation: the flag, else sbatch's variable, else empty (the site's default)."""
+    return {name: given.get(name) or os.environ.get(variable, "") for name, variable in SLURM_VARIABLES.items()}
+
+
+def slurm_flags(settings: Dict[str, str]) -> List[str]:
+    return [f"--{name}={value}" for name, value in settings.items() if value]
+
+
+def _shown(settings: Dict[str, str]) -> Dict[str, str]:
+    return {name: value or "-" for name, value in settings.items()}
+
+
+def check_accepted(settings: Dict[str, str], timeout: float) -> Line:
+    """``sbatch --test-only`` of a one-minute, one-task job with these settings: nothing is queued."""
+    with tempfile.TemporaryDirectory(prefix="site-check-") as folder:
+        script = Path(folder) / "probe.sh"
+        script.write_text("#!/bin/sh\ntrue\n")
+        try:
+            proc = subprocess.run(["sbatch", "--test-only", "--time=1", "--ntasks=1", *slurm_flags(settings),
+                                   str(script)], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Line(False, "slurm_bad", dict(_shown(settings), answer=f"no answer in {timeout:.0f} s"))
+    answer = (proc.stderr.strip() or proc.stdout.strip() or "-").splitlines()[-1].removeprefix("sbatch: ")
+    return Line(proc.returncode == 0, "slurm_ok" if proc.returncode == 0 else "slurm_bad",
+                dict(_shown(settings), answer=answer))
+
+
+def node_script(address: str, port: int, token: str) -> str:
+    """What the probe task runs on a compute node: its name, the interface rule with the node as rank 0
+    (as the templates run it), and a TCP connection back to ``address:port`` carrying ``token``."""
+    from .slurm.render import IFNAME_RULE
+    return "\n".join([
+        'MASTER_ADDR=$(hostname)',
+        'echo "NODE $MASTER_ADDR"',
+        'echo "ADDR $(getent ahostsv4 "$MASTER_ADDR" | awk \'NR == 1 {print $1}\')"',
+        f'echo "IFNAME $({IFNAME_RULE})"',
+        f"if timeout 20 bash -c 'exec 3<>/dev/tcp/{address}/{port} && echo {token} >&3'; then echo CONNECTED;"
+        " else echo NOT_CONNECTED; fi",
+    ])
+
+
+class Listener:
+    """A TCP port on this node's address that records whether ``token`` arrived (one accept thread)."""
+
+    def __init__(self, address: str):
+        self.token = secrets.token_hex(8)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((address, 0))
+        self.sock.listen(4)
+        self.sock.settimeout(1.0)
+        self.port = self.sock.getsockname()[1]
+        self.reached = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set() and not self.reached.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5.0)
+                try:
+                    if self.token in conn.recv(64).decode(errors="replace"):
+                        self.reached.set()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def _facts(stdout: str) -> Dict[str, str]:
+    facts = {}
+    for line in stdout.splitlines():
+        key, _, value = line.partition(" ")
+        facts.setdefault(key, value.strip())
+    return facts
+
+
+def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
+    """The ports line and the interface line, from one ``srun`` task on a compute node."""
+    from .ipp.slurm import controller_address
+    address = controller_address()
+    if not address:
+        return [Line(False, "ports_no_address"), Line(False, "iface_unknown", dict(detail="-"))]
+    listener = Listener(address)
+    try:
+        command = ["srun", "--nodes=1", "--ntasks=1", "--time=2", "--job-name=site-check",
+                   *slurm_flags(settings), "bash", "-c", node_script(address, listener.port, listener.token)]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            stdout, detail = proc.stdout, (proc.stderr.strip().splitlines() or ["-"])[-1]
+        except subprocess.TimeoutExpired as expired:
+            stdout = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else ""
+            detail = t("site.no_start", seconds=f"{timeout:.0f}")
+        listener.reached.wait(2.0 if "CONNECTED" in stdout else 0)
+    finally:
+        listener.close()
+    facts = _facts(stdout)
+    node = facts.get("NODE") or "?"
+    where = dict(address=address, port=listener.port, node=node, detail=detail, seconds=f"{timeout:.0f}")
+    ports = Line(True, "ports_ok", where) if listener.reached.is_set() else \
+        Line(False, "ports_bad" if "NODE" in facts else "ports_no_job", where)
+    if "NODE" not in facts:
+        return [ports, Line(False, "iface_unknown", dict(detail=detail))]
+    ifname, addr = facts.get("IFNAME", ""), facts.get("ADDR", "")
+    if ifname and ifname != "lo" and not addr.startswith("127."):
+        return [ports, Line(True, "iface_ok", dict(node=node, ifname=ifname, address=addr))]
+    return [ports, Line(False, "iface_bad", dict(node=node, address=addr or "?"))]
+
+
+# ---- Data
+
+
+def check_data(root: Path) -> List[Line]:
+    from .staging import check
+    lines = []
+    for dataset in DATASETS:
+        try:
+            n_train, n_test = check(dataset, root)
+        except TutorialError as error:  # one line: what is wrong, and the first command that fixes it
+            text = str(error).splitlines()
+            fix = next((x.strip() for x in text[1:] if "ddp-tutorial data" in x), "")
+            lines.append(Line(False, "data_bad", dict(dataset=dataset, why=text[0] + (f" → {fix}" if fix else ""))))
+        else:
+            lines.append(Line(True, "data_ok", dict(dataset=dataset, root=root, train=n_train, test=n_test)))
+    return lines
+
+
+# ---- The command
+
+
+def run_checks(args: argparse.Namespace) -> List[Line]:
+    """Every check in order, each line printed as soon as it is known."""
+    from .datasets import default_root
+    lines: List[Line] = []
+
+    def say(found: Sequence[Line]) -> None:
+        for line in found:
+            print(line.text(), flush=True)
+            lines.append(line)
+
+    say([check_python()])
+    say([check_torch(args.site or os.environ.get("DDP_TUTORIAL_SITE") or None)])
+    say(check_data((Path(args.root) if args.root else default_root()).expanduser().absolute()))
+    if not args.no_slurm:
+        if shutil.which("sbatch") is None or shutil.which("srun") is None:
+            say([Line(False, "slurm_missing")])
+        else:
+            settings = slurm_settings(dict(partition=args.partition, account=args.account,
+                                           reservation=args.reservation))
+            accepted = check_accepted(settings, args.timeout)
+            say([accepted])
+            say(check_reach(settings, args.timeout) if accepted.ok else [Line(False, "reach_skipped")])
+    return lines
+
+
+def main(args: argparse.Namespace) -> int:
+    lines = run_checks(args)
+    bad = sum(not line.ok for line in lines)
+    print(t("site.summary_ok", count=len(lines)) if not bad else t("site.summary_bad", bad=bad, count=len(lines)))
+    return 0 if not bad else 1
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """``ddp-tutorial site-check`` (cli.py calls this)."""
+    parser = subparsers.add_parser("site-check", help=t("site.cli_help"), description=t("site.cli_description"))
+    parser.add_argument("--partition", help=t("site.cli_partition"))
+    parser.add_argument("--account", help=t("site.cli_account"))
+    parser.add_argument("--reservation", help=t("site.cli_reservation"))
+    parser.add_argument("--root", help=t("site.cli_root"))
+    parser.add_argument("--site", help=t("site.cli_site"))
+    parser.add_argument("--timeout", type=float, default=120.0, help=t("site.cli_timeout"))
+    parser.add_argument("--no-slurm", action="store_true", help=t("site.cli_no_slurm"))
+    parser.set_defaults(func=main)
+    return parser
+
+
+if __name__ == "__main__":  # python -m ddp_tutorial.site_check …
+    from .cli import main as cli_main
+    sys.exit(cli_main(["site-check", *sys.argv[1:]]))
