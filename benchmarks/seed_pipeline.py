@@ -42,7 +42,7 @@ from torchvision import transforms
 
 from ddp_tutorial.datasets import FOLDERS
 from ddp_tutorial.whoami import find_free_port
-from ddp_tutorial.i18n import t
+from ddp_tutorial.i18n import Count, t
 from ddp_tutorial.model import DeepNeuralNetwork  # the seed's class, unchanged
 
 from .common import write_json
@@ -118,7 +118,7 @@ def train_process_on_gpu(gpu_id_in_node, world_size, id_in_group, gpus_per_devic
             n_samples += labels.size(0)
             n_correct += (predicted == labels).sum().item()
         accuracy = 100.0 * n_correct / n_samples
-        print(t("train.accuracy", n=n_samples, acc=accuracy))  # the seed printed this line in Turkish
+        print(t("train.accuracy", n=Count(n_samples), acc=accuracy))  # the seed printed this line in Turkish
 
     if rank == 0 and options.json:  # BENCHMARK: the result, in the package's terms
         write_json(options.json, {

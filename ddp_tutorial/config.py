@@ -26,7 +26,7 @@ from typing import Dict, Optional, Tuple
 from . import validate
 from .datasets import NAMES as DATASETS
 from .datasets import default_dataset
-from .i18n import TutorialError, decimal_number
+from .i18n import TutorialError, decimal_number, whole_number
 from .validate import Choice, Int, NonEmptyPath, Number
 
 CHECKPOINT_NAME = "checkpoint.pt"   # the file in --checkpoint-dir (ddp_tutorial.checkpoint writes it)
@@ -143,7 +143,7 @@ def _argparse_keywords(f) -> dict:
     if kind == "bool":
         return dict(action="store_true")
     # decimal_number: 0,001 → "write a dot" in the user's language
-    keywords = dict(default=default, type={"int": int, "float": decimal_number}.get(kind, str))
+    keywords = dict(default=default, type={"int": whole_number, "float": decimal_number}.get(kind, str))
     rule = f.metadata["rule"]
     if isinstance(rule, Choice):  # shown in --help; a bad value gets the rule's message, like every option
         keywords["metavar"] = "{" + ",".join(rule.choices) + "}"
@@ -183,10 +183,10 @@ def add_launch_arguments(parser: argparse.ArgumentParser, nodes: bool = True) ->
     """How many processes, on how many nodes (torch-free, like :func:`add_train_arguments`)."""
     from .i18n import t
     g = parser.add_argument_group(t("cli.group_launch"))
-    g.add_argument("--nproc-per-node", type=int, default=None, help=t("cli.nproc_per_node"))
+    g.add_argument("--nproc-per-node", type=whole_number, default=None, help=t("cli.nproc_per_node"))
     if nodes:
-        g.add_argument("--nnodes", type=int, default=None, help=t("cli.nnodes"))
-        g.add_argument("--node-rank", type=int, default=None, help=t("cli.node_rank"))
+        g.add_argument("--nnodes", type=whole_number, default=None, help=t("cli.nnodes"))
+        g.add_argument("--node-rank", type=whole_number, default=None, help=t("cli.node_rank"))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

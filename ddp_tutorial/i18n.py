@@ -77,14 +77,19 @@ class _LocalNumbers(string.Formatter):
     """``str.format`` that writes numbers the Turkish way: decimal comma, dot between thousands
     (``{loss:.4f}`` → 0,4567; ``{rate:.0f}`` of 12345.0 → 12.345: a float from 10 000 on is grouped,
     as :func:`number` groups it, so both catalogues use the same specs). Ints (ports, ids, options as
-    typed) and text fields are left as they are."""
+    typed) and text fields are left as they are; a :class:`Count` is grouped like a float."""
 
     def format_field(self, value, format_spec):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if isinstance(value, float) and abs(value) >= 10_000:  # a measurement: 60.782 örnek/s, as number()
+        if isinstance(value, (float, Count)) and abs(value) >= 10_000:  # a measurement: 60.782 örnek/s, as number()
             format_spec = _grouped(format_spec)                 # writes it (ints can be ports, ids, options)
         text = super().format_field(value, format_spec)
         return _turkish_separators(text) if number else text
+
+
+class Count(int):
+    """An int that is a quantity (10.000 test görüntüsü), not a port or an id: Turkish messages group it
+    from 10 000 on, as they group floats; in English it prints as a plain int, as the seed printed it."""
 
 
 def _turkish_separators(text: str) -> str:
@@ -198,6 +203,17 @@ def decimal_number(text: str) -> float:
             raise argparse.ArgumentTypeError(t("cli.decimal_comma", value=text,
                                                fixed=text.replace(",", "."))) from None
         raise argparse.ArgumentTypeError(t("cli.not_a_number", value=text)) from None
+
+
+def whole_number(text: str) -> int:
+    """argparse ``type`` for an int option: ``x`` gets a message in the user's language, not argparse's
+    "invalid int value" (a Python type name)."""
+    import argparse
+
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(t("cli.not_an_integer", value=text)) from None
 
 
 BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")

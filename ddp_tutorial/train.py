@@ -37,7 +37,7 @@ from .config import TrainConfig, add_train_arguments, config_from_args
 from .device_rule import choose_backend, choose_device
 from .entry import run_and_exit
 from .evaluate import evaluate
-from .i18n import t
+from .i18n import Count, t
 from .model import DeepNeuralNetwork
 from .process_group import abort_process_group, rendezvous_errors
 from .result import TrainResult
@@ -157,7 +157,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                 score = torch.zeros(1, dtype=torch.float64, device=device if backend == "nccl" else "cpu")
                 if env.is_main:
                     score[0] = evaluate(ddp_model.module if distributed else model, test_data, device)
-                    run.say(t("train.accuracy", n=len(test_data), acc=float(score[0])))
+                    run.say(t("train.accuracy", n=Count(len(test_data)), acc=float(score[0])))
                 if distributed:
                     dist.broadcast(score, src=0)  # everyone returns rank 0's accuracy
                 accuracy = float(score[0])

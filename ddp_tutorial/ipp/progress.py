@@ -85,7 +85,7 @@ class RankZeroBar:
             try:
                 import ipywidgets  # noqa: F401 - tqdm.auto needs it for the widget form
                 from tqdm.auto import tqdm
-                return tqdm(total=total, desc=desc, unit="batch")
+                return tqdm(total=total, desc=desc, unit=t("train.progress_unit"))
             except ImportError:
                 pass
         from tqdm.std import tqdm
