@@ -48,7 +48,6 @@ def test_site_check_is_green_on_the_lab_with_a_class_reservation(slurm_cluster, 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     checks = lines[:-1]
-    print(done.stdout)
     assert len(checks) == 7 and all(line.startswith("ok   ") for line in checks), done.stdout
     assert "reservation class" in checks[4] and "partition debug" in checks[4], checks[4]
     assert "reached this node at 10.233.0.254:" in checks[5], checks[5]
