@@ -603,10 +603,17 @@ def test_the_interface_rule_never_chooses_loopback(template, tmp_path):
 
 @pytest.mark.parametrize("profile", ["barbun-cuda", "akya-cuda", "palamut-cuda", "kolyoz-cuda"])
 def test_launcher_cores_match_the_profile(profile):
-    """cpus-per-task of a launcher = the profile's cores per GPU × the GPUs asked for (e.g. 3)."""
+    """cpus-per-task of a launcher = the profile's cores per GPU × the GPUs asked for (e.g. 3, the seed's;
+    barbun-cuda's nodes have 2); asking for more GPUs than a node's cores cover is refused, in words."""
     p = slurm.PROFILES[profile]
-    text = slurm.render(slurm.JobSpec.from_profile(profile, gpus_per_node=3, template="torchrun"))
-    assert f"#SBATCH --cpus-per-task={3 * p.cpus_per_gpu} " in text
+    gpus = min(3, p.gpus_per_node)
+    text = slurm.render(slurm.JobSpec.from_profile(profile, gpus_per_node=gpus, template="torchrun"))
+    assert f"#SBATCH --cpus-per-task={gpus * p.cpus_per_gpu} " in text
+    assert gpus * p.cpus_per_gpu <= p.cores_per_node
+    with pytest.raises(TutorialError) as caught:
+        slurm.render(slurm.JobSpec.from_profile(profile, gpus_per_node=p.gpus_per_node + 1, template="torchrun"))
+    assert caught.value.key == "slurm.too_many_cores"
+    assert str(p.cores_per_node) in caught.value.text("en") and str(p.cores_per_node) in caught.value.text("tr")
     assert f"--threads {p.cpus_per_gpu}" in text and f"export OMP_NUM_THREADS={p.cpus_per_gpu} " in text
 
 

@@ -72,10 +72,11 @@ def start(n: Optional[int] = None, device: str = "auto") -> EngineSet:
 
 
 def start_slurm(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
-                profile: str = "generic", **options) -> EngineSet:
+                profile: Optional[str] = None, **options) -> EngineSet:
     """Start the engines through SLURM, on the nodes of an allocation, and keep them for
     :func:`train` and :func:`run` (one engine per GPU, or ``engines_per_node`` CPU engines per
-    node; ``options``: partition, account, time_limit, modules, conda/venv, controller_ip …).
+    node; ``profile``: default :func:`ddp_tutorial.slurm.workshop_profile`, i.e. ``$DDP_TUTORIAL_SLURM_PROFILE``;
+    ``options``: partition, account, reservation, time_limit, modules, conda/venv, controller_ip …).
     See :mod:`ddp_tutorial.ipp.slurm`; :func:`stop` ends the job."""
     return _slurm_engines.start(nodes, engines_per_node, gpus_per_node, profile, **options)
 

@@ -27,7 +27,7 @@ engines (world size = number of engines), and :func:`ddp_tutorial.ipp.stop` ends
 gives the allocation back. If the notebook kernel dies, its watchdog cancels the job.
 
     from ddp_tutorial import ipp
-    ipp.start_slurm(nodes=2, profile="palamut-cuda", account="myaccount", time_limit="01:00:00")
+    ipp.start_slurm(nodes=2, profile="akya-cuda", account="myaccount", reservation="ddp", time_limit="01:00:00")
     results = ipp.train(TrainConfig(epochs=1), keep=True)   # world size 16 across two nodes
     ipp.stop()                                              # scancel: the nodes are free again
 """
@@ -230,15 +230,16 @@ NOT_FOR_ENGINES = {"template", "workdir", "train_args", "script", "script_args",
 
 
 def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
-          profile: str = "generic", *, controller_ip: Optional[str] = None, queue_timeout: float = QUEUE_TIMEOUT,
+          profile: Optional[str] = None, *, controller_ip: Optional[str] = None, queue_timeout: float = QUEUE_TIMEOUT,
           register_timeout: float = REGISTER_TIMEOUT, **job) -> SlurmEngines:
     """Start one engine per GPU (``gpus_per_node``, or the profile's) or ``engines_per_node`` CPU
     engines on each of ``nodes`` nodes, through one SLURM job; keep them for
     :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
 
     ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (partition, GPUs and cores
-    per node). ``job``: the fields of :class:`ddp_tutorial.slurm.JobSpec` for the allocation and the
-    set-up (partition, account, qos, run_dir, modules, conda, conda_env, venv, env, job_name …), with
+    per node; default: the workshop's, :func:`ddp_tutorial.slurm.workshop_profile`). ``job``: the fields of
+    :class:`ddp_tutorial.slurm.JobSpec` for the allocation and the set-up (partition, account, reservation, qos,
+    run_dir, modules, conda, conda_env, venv, env, job_name …), with
     three names of their own here: ``cpus_per_engine`` (JobSpec's ``cpus_per_process``),
     ``time_limit`` (``time``, default 01:00:00), ``engines_per_node`` (``nproc_per_node``). The job's
     script and log go to ``run_dir``.
@@ -319,7 +320,7 @@ def engine_command(python: Optional[str]) -> dict:
     return {"engine_cmd": [str(path.resolve()), "-m", "ipyparallel.engine"]}
 
 
-def _engine_spec(profile: str, values: dict, job: dict) -> "batch.JobSpec":
+def _engine_spec(profile: Optional[str], values: dict, job: dict) -> "batch.JobSpec":
     """The JobSpec of an engine job: ``values`` (JobSpec's names) with ``job`` (start()'s names) over
     :data:`ENGINE_JOB`; a name the engines do not take is a clear error, not a silent no-op."""
     takes = ({f.name for f in dataclass_fields(batch.JobSpec)} - NOT_FOR_ENGINES - set(RENAMED.values())) | set(RENAMED)
@@ -333,7 +334,7 @@ def _engine_spec(profile: str, values: dict, job: dict) -> "batch.JobSpec":
     values["modules"], values["env"] = tuple(values.get("modules", ())), tuple(values.get("env", ()))
     run_dir = values.get("run_dir", "runs")
     values["run_dir"] = str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir
-    return batch.JobSpec.from_profile(profile, **values)
+    return batch.JobSpec.from_profile(profile or batch.workshop_profile(), **values)
 
 
 def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: float,

@@ -6,6 +6,8 @@ Split the way submitit splits it: building the job script, then submitting and w
 :mod:`.spec`       site profiles, :class:`JobSpec`, the check of every value
 :mod:`.render`     the job script: a template from ``slurm/`` with its gaps filled in one pass
 :mod:`.jobs`       submit, state, wait, cancel, logs, results (``sbatch``, ``scontrol``, ``sacct``)
+:mod:`.preview`    before submitting: what the job asks for and where it goes; ``sbatch --test-only``
+:mod:`.rules`      the kinds of value a job spec field may hold, each with its check
 :mod:`.cli`        ``ddp-tutorial slurm render|submit|status|wait|cancel|logs|result``
 =================  =====================================================================
 
@@ -20,8 +22,10 @@ Three layouts (see ``slurm/README.md``):
 
 ``per-gpu`` and ``torchrun`` also run your own DDP script (``JobSpec(script=…)``, ``--script``).
 
-    spec = JobSpec.from_profile("palamut-cuda", nodes=2, account="myaccount")
+    spec = JobSpec.from_profile(workshop_profile(), nodes=2, account="myaccount", reservation="ddp")
+    print(preview(spec))                 # partition, account, reservation, nodes, GPUs, cores
     script = write_script(render(spec), "job.sh")
+    print(check_accepted(script, spec))  # sbatch --test-only: a refusal says what to change
     job = submit(script)
     info = wait(job)
     print(info.state, read_result(job))
@@ -33,11 +37,14 @@ from .cli import add_cli, add_render_arguments
 from .jobs import (TERMINAL, JobInfo, cancel, checkpoint_dir, job_info, log_path, parse_scontrol, read_log,
                    read_result, result_path, run_command, submit, test_only, wait)
 from .render import ENGINES_TEMPLATE, TEMPLATE_DIR, render, render_engines, template_text, write_script
-from .spec import PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobSpec, Profile, job_id_of, validate
+from .preview import check_accepted, preview
+from .spec import (PROFILE_VARIABLE, PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobSpec, Profile, job_id_of, validate,
+                   workshop_profile)
 
 __all__ = [
-    "ENGINES_TEMPLATE", "PROFILES", "SCRIPT_TEMPLATES", "TEMPLATES", "TEMPLATE_DIR", "TERMINAL", "JobInfo",
-    "JobSpec", "Profile", "add_cli", "add_render_arguments", "cancel", "checkpoint_dir", "job_id_of",
-    "job_info", "log_path", "parse_scontrol", "read_log", "read_result", "render", "render_engines",
-    "result_path", "run_command", "submit", "template_text", "test_only", "validate", "wait", "write_script",
+    "ENGINES_TEMPLATE", "PROFILE_VARIABLE", "PROFILES", "SCRIPT_TEMPLATES", "TEMPLATES", "TEMPLATE_DIR", "TERMINAL",
+    "JobInfo", "JobSpec", "Profile", "add_cli", "add_render_arguments", "cancel", "check_accepted",
+    "checkpoint_dir", "job_id_of", "job_info", "log_path", "parse_scontrol", "preview", "read_log", "read_result",
+    "render", "render_engines", "result_path", "run_command", "submit", "template_text", "test_only", "validate",
+    "wait", "workshop_profile", "write_script",
 ]

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import fields
 from typing import List, Optional, Sequence
 
 
@@ -20,7 +21,7 @@ from ..i18n import TutorialError, t
 from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result, submit,
                    test_only, wait)
 from .render import render
-from .spec import PROFILES, TEMPLATES, JobSpec, bad_value, plain_text
+from .spec import PROFILE_VARIABLE, PROFILES, JobSpec, bad_value, plain_text, workshop_profile
 
 MIN_POLL_SECONDS = 1.0  # every poll is an RPC to slurmctld: `--poll 0` made 200–300 of them a second
 
@@ -56,16 +57,10 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
     if script is not None:
         plain_text("--script", script)
         script = own_script_path(script, args.workdir)
-    spec = JobSpec.from_profile(
-        args.profile,
-        template=args.template, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-        nproc_per_node=args.nproc_per_node, cpus_per_process=args.cpus_per_process,
-        job_name=args.job_name, account=args.account, partition=args.partition, qos=args.qos, time=args.time,
-        run_dir=run_dir, workdir=args.workdir, python=args.python, modules=tuple(args.module or ()),
-        conda=args.conda, conda_env=args.conda_env, venv=args.venv, env=tuple(env),
-        **job_options_of(args), train_args=tuple(train_args), signal_seconds=args.preempt_signal,
-        requeue=True if args.requeue else None, script=script, script_args=args.script_args,
-    )
+    given = {f.name: getattr(args, f.name, None) for f in fields(JobSpec) if f.metadata.get("flag")}
+    given.update(run_dir=run_dir, modules=tuple(args.modules or ()), env=tuple(env), script=script,
+                 requeue=True if args.requeue else None, train_args=tuple(train_args), **job_options_of(args))
+    spec = JobSpec.from_profile(args.profile or workshop_profile(), **given)
     if script is not None and spec.template in ("per-gpu", "torchrun"):  # the seed's: refused by validate()
         check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
     return spec
@@ -223,36 +218,17 @@ def _cmd_result(args) -> int:
 
 
 def add_render_arguments(p: argparse.ArgumentParser) -> None:
-    d = JobSpec()
-    p.add_argument("--template", choices=list(TEMPLATES), default=None,
-                   help=t("slurm.cli.template"))
-    p.add_argument("--profile", choices=list(PROFILES), default="generic",
-                   help=t("slurm.cli.profile"))
-    p.add_argument("--nodes", type=int, default=None, help=t("slurm.cli.nodes", nodes=d.nodes))
-    p.add_argument("--gpus-per-node", type=int, default=None, help=t("slurm.cli.gpus_per_node"))
-    p.add_argument("--nproc-per-node", type=int, default=None, help=t("slurm.cli.nproc_per_node"))
-    p.add_argument("--cpus-per-process", type=int, default=None, help=t("slurm.cli.cpus_per_process"))
-    p.add_argument("--job-name", default=None)
-    p.add_argument("--account", default=None)
-    p.add_argument("--partition", default=None)
-    p.add_argument("--qos", default=None)
-    p.add_argument("--time", default=None, help=t("slurm.cli.time", time=d.time))
-    p.add_argument("--run-dir", default=None, help=t("slurm.cli.run_dir"))
-    p.add_argument("--workdir", default=None, help=t("slurm.cli.workdir"))
-    p.add_argument("--python", default=None, help=t("slurm.cli.python"))
-    p.add_argument("--module", action="append", help=t("slurm.cli.module"))
-    p.add_argument("--conda", default=None, help=t("slurm.cli.conda"))
-    p.add_argument("--conda-env", default=None, help=t("slurm.cli.conda_env"))
-    p.add_argument("--venv", default=None, help=t("slurm.cli.venv"))
-    p.add_argument("--env", action="append", metavar="NAME=VALUE", help=t("slurm.cli.env"))
+    """``slurm render``'s options: one per field of :class:`JobSpec` with a ``flag`` in its table (the
+    help's ``{default}`` from the table; every default here is ``None``: the profile's or the spec's
+    applies), the training options from :class:`~ddp_tutorial.config.TrainConfig`'s table, and the profile."""
+    p.add_argument("--profile", choices=list(PROFILES), default=None,
+                   help=t("slurm.cli.profile", variable=PROFILE_VARIABLE))
+    for f in fields(JobSpec):
+        flag = f.metadata.get("flag")
+        if flag:
+            help_text = t(f.metadata["help"], default=f.default) if f.metadata.get("help") else None
+            p.add_argument(flag, dest=f.name, default=None, help=help_text, **f.metadata["cli"])
     add_job_arguments(p)  # --dataset, --root, --epochs, … from config.py's table (job=True)
-    p.add_argument("--preempt-signal", type=int, default=None, metavar="SECONDS",
-                   help=t("slurm.cli.preempt_signal"))
-    p.add_argument("--requeue", action="store_true", help=t("slurm.cli.requeue"))
-    p.add_argument("--script", default=None, metavar="PATH",
-                   help=t("slurm.cli.script"))
-    p.add_argument("--script-args", default=None, metavar='"ARGS"',
-                   help=t("slurm.cli.script_args"))
     p.add_argument("--script-convention", choices=["auto", "torchrun", "slurm", "per-node"], default="auto",
                    help=t("slurm.cli.script_convention"))
     p.add_argument("train_args", nargs="*", help=t("slurm.cli.train_args"))

@@ -99,6 +99,7 @@ def _sbatch_lines(spec: JobSpec, lang: str) -> List[str]:
         ("--job-name", spec.job_name, t("slurm_script.job_name", lang)),
         ("--account", spec.account, t("slurm_script.account", lang)),
         ("--partition", spec.partition, t("slurm_script.partition", lang)),
+        ("--reservation", spec.reservation, t("slurm_script.reservation", lang)),
         ("--qos", spec.qos, t("slurm_script.qos", lang)),
         ("--nodes", spec.nodes, t("slurm_script.nodes", lang)),
         ("--ntasks-per-node", spec.tasks_per_node, t("slurm_script.tasks_per_gpu", lang)

@@ -1,16 +1,19 @@
-"""What a SLURM job asks for: site profiles, the job spec, and the check of every value.
+"""What a SLURM job asks for: site profiles, the job spec as one table, and the check of every value.
 
-Every value is checked here before :mod:`.render` writes it into a script:
+Each field of :class:`JobSpec` is defined once, by :func:`job_field`: its default, its rule
+(:mod:`.rules`), its ``slurm render`` flag and the catalogue key of its ``--help`` line (whose
+``{default}`` is filled from the table). :func:`validate` is a loop over that table plus the few
+rules that span fields (:data:`CROSS_RULES`); ``slurm render``'s options
+(:func:`~ddp_tutorial.slurm.cli.add_render_arguments`) are made from the same table.
 
-* values that end up on ``#SBATCH`` lines (names, times, paths, module names) must match a
-  strict pattern as a whole (``fullmatch``: a trailing newline is not "the end");
-* values used in shell commands are quoted once by the renderer; here they may contain
-  anything except control characters (newlines, tabs, escape …) and the templates' own
-  ``{{placeholders}}``;
-* the training options a job passes on (data set, root, epochs, batch size, lr, seed: those marked
-  ``job=True`` in :class:`~ddp_tutorial.config.TrainConfig`'s table, :data:`~ddp_tutorial.config.JOB_OPTIONS`)
-  are fields of :class:`JobSpec` made from that table, and follow the rules
-  :class:`~ddp_tutorial.config.TrainConfig` uses, so a value is refused in the same words wherever it is given.
+The training options a job passes on (data set, root, epochs, batch size, lr, seed: those marked
+``job=True`` in :class:`~ddp_tutorial.config.TrainConfig`'s table, :data:`~ddp_tutorial.config.JOB_OPTIONS`)
+are fields of :class:`JobSpec` made from that table and follow its rules, so a value is refused in the
+same words wherever it is given.
+
+Partition, account and reservation are written as ``#SBATCH`` lines only when given. sbatch's own
+variables ``SBATCH_PARTITION``, ``SBATCH_ACCOUNT``, ``SBATCH_RESERVATION`` win over those lines (sbatch's
+rule: command line, then environment, then the script); :mod:`.submit` shows what sbatch will really use.
 
 No torch import: this runs on a login node.
 """
@@ -18,14 +21,15 @@ No torch import: this runs on a login node.
 from __future__ import annotations
 
 import argparse
-import re
-import shlex
+import os
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig, add_train_arguments, config_from_args
 from ..i18n import TutorialError, t
 from ..validate import option_name
+from .rules import (MODULE, NAME, PATH, SIGNAL, Arguments, Each, EnvPairs, Flag, IntIn, OneOf,  # noqa: F401
+                    Pattern, Text, Time, bad_value, job_id_of, plain_text, split_arguments, time_limit_seconds)
 
 TEMPLATES = {
     "seed": "seed.sbatch",          # one task per node → ddp_tutorial.spawn → one process per GPU
@@ -38,8 +42,9 @@ SCRIPT_TEMPLATES = ("per-gpu", "torchrun")
 
 @dataclass(frozen=True)
 class Profile:
-    """What a partition's nodes offer: GPUs per node and the CPU cores that go with each GPU. (Which torch
-    build the site's GPUs need is :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
+    """What a partition's nodes offer: GPUs per node, the CPU cores that go with each GPU, and the cores
+    of a node (``gpus_per_node × cpus_per_gpu`` never exceeds them). (Which torch build the site's GPUs need
+    is :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
 
     name: str
     partition: Optional[str]
@@ -47,31 +52,87 @@ class Profile:
     cpus_per_gpu: int
     description: str
     gpu: Optional[str] = None            # GPU model and compute capability
-    checked: bool = False                # False: taken from the site's documentation, not from nvidia-smi
+    cores_per_node: Optional[int] = None  # None: not known (generic)
+    checked: bool = False                # False: taken from the site's documentation, not from a node
 
 
+# TRUBA's guide (TRUBA-HPC/Belgeler, source/2-temel_bilgiler/hesaplama_kumeleri.rst): cores per node
+# (CPU column, 2 sockets: barbun-cuda/akya-cuda 20 × 2, palamut-cuda 64 × 2, kolyoz-cuda 32 × 2), GPUs per
+# node, and the partitions' "Min. Çekirdek" (cores per GPU); gpu.rst: cores to request per GPU. Read from
+# the documentation, not checked on a node (checked=False): `scontrol show partition` on the site tells.
 PROFILES: Dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("generic", None, 0, 1, "any cluster; CPU-only unless --gpus-per-node is given"),
-        Profile("barbun-cuda", "barbun-cuda", 2, 20, "TRUBA barbun-cuda: 2× NVIDIA P100, 20 cores per GPU",
-                gpu="P100, sm_60"),
-        Profile("akya-cuda", "akya-cuda", 4, 10, "TRUBA akya-cuda: 4× NVIDIA V100, 10 cores per GPU",
-                gpu="V100, sm_70"),
-        Profile("palamut-cuda", "palamut-cuda", 8, 16, "TRUBA palamut-cuda: 8× NVIDIA A100, 16 cores per GPU",
-                gpu="A100, sm_80"),
-        Profile("kolyoz-cuda", "kolyoz-cuda", 4, 16, "TRUBA kolyoz-cuda: 4× NVIDIA H100/H200, 16 cores per GPU",
-                gpu="H100/H200, sm_90"),
+        Profile("generic", None, 0, 1, "any cluster: its default partition; CPU-only unless --gpus-per-node is given"),
+        Profile("barbun-cuda", "barbun-cuda", 2, 20, "TRUBA barbun-cuda: 2× NVIDIA P100, 40 cores, 20 per GPU",
+                gpu="P100, sm_60", cores_per_node=40),
+        Profile("akya-cuda", "akya-cuda", 4, 10, "TRUBA akya-cuda: 4× NVIDIA V100, 40 cores, 10 per GPU",
+                gpu="V100, sm_70", cores_per_node=40),
+        Profile("palamut-cuda", "palamut-cuda", 8, 16, "TRUBA palamut-cuda: 8× NVIDIA A100, 128 cores, 16 per GPU",
+                gpu="A100, sm_80", cores_per_node=128),
+        Profile("kolyoz-cuda", "kolyoz-cuda", 4, 16, "TRUBA kolyoz-cuda: 4× NVIDIA H100/H200, 64 cores, 16 per GPU",
+                gpu="H100/H200, sm_90", cores_per_node=64),
     )
 }
 
 
+#: The one place the workshop's profile comes from (05, ``slurm render``, ``ipp.start_slurm``).
+PROFILE_VARIABLE = "DDP_TUTORIAL_SLURM_PROFILE"
+
+
+def workshop_profile(environ=None) -> str:
+    """The profile to use: ``$DDP_TUTORIAL_SLURM_PROFILE``; unset, the profile whose partition is
+    ``$SBATCH_PARTITION`` (sbatch sends the job there, so the job must have that partition's shape), else
+    ``generic`` (the cluster's default partition, no GPUs unless asked). A profile whose partition is not
+    ``$SBATCH_PARTITION`` is refused: sbatch would take the variable's partition with the profile's cores."""
+    env = os.environ if environ is None else environ
+    name = env.get(PROFILE_VARIABLE, "").strip()
+    partition = env.get("SBATCH_PARTITION", "").strip()
+    if not name:
+        return next((p.name for p in PROFILES.values() if p.partition and p.partition == partition), "generic")
+    if name not in PROFILES:
+        raise TutorialError("slurm.unknown_profile_variable", name=name, variable=PROFILE_VARIABLE,
+                            choices=", ".join(PROFILES))
+    wanted = PROFILES[name].partition
+    if partition and wanted and partition != wanted:
+        raise TutorialError("slurm.profile_partition_conflict", profile=name, partition=wanted, sbatch=partition,
+                            variable=PROFILE_VARIABLE)
+    return name
+
+
+def job_field(default=None, *, rule=None, flag: Optional[str] = None, help: Optional[str] = None,
+              cli: Optional[dict] = None):
+    """One field of :class:`JobSpec` and everything derived from it: ``rule`` (:mod:`.rules`; ``None``
+    where a value is left out, the rule is skipped), ``flag`` (its ``slurm render`` option; ``None``: no
+    option of its own), ``help`` (the catalogue key of the option's help, ``{default}`` filled from here),
+    ``cli`` (further ``add_argument`` keywords)."""
+    metadata = dict(rule=rule, flag=flag, help=help, cli=cli or {})
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("a job field's default must be immutable")
+    return field(default=default, metadata=metadata)
+
+
+class _TrainRule:
+    """A training option's rule, from :data:`~ddp_tutorial.config.TRAIN_RULES`."""
+
+    def check(self, name: str, value) -> None:
+        if isinstance(value, str):
+            plain_text(name, value)  # shell-quoted in the script
+        rule = TRAIN_RULES[name]
+        if not rule.ok(value):
+            raise TutorialError("slurm.bad_value", name=name, value=value, rule=rule.describe())
+
+
 #: The training options a job passes on, one keyword field each (``None``: the training's default),
 #: made from :class:`~ddp_tutorial.config.TrainConfig`'s table (``job=True``): dataset, root, epochs,
-#: batch_size, lr, seed.
+#: batch_size, lr, seed. Their flags come from that table too (:func:`~ddp_tutorial.config.add_job_arguments`).
 TrainingOptions = make_dataclass(
-    "TrainingOptions", [(f.name, f"Optional[{f.type}]", field(default=None, kw_only=True))
+    "TrainingOptions", [(f.name, f"Optional[{f.type}]",
+                         field(default=None, kw_only=True, metadata=dict(rule=_TrainRule(), flag=None)))
                         for f in fields(TrainConfig) if f.name in JOB_OPTIONS])
+
+_NAME, _PATH = Pattern(NAME, "slurm.allowed.name"), Pattern(PATH, "slurm.allowed.path")
+_INT = dict(type=int)
 
 
 @dataclass
@@ -81,41 +142,66 @@ class JobSpec(TrainingOptions):
     Its training fields (``dataset``, ``root``, ``epochs`` … :data:`~ddp_tutorial.config.JOB_OPTIONS`)
     come from :class:`TrainingOptions`; ``train_args`` carries any other training option."""
 
-    template: str = "seed"
-    nodes: int = 2
-    gpus_per_node: int = 0                 # 0: the CPU-only form (no --gres)
-    nproc_per_node: Optional[int] = None   # CPU form: processes per node (GPU form: = gpus_per_node)
-    cpus_per_process: int = 1              # cores for each training process (→ --cpus-per-task, threads)
-    job_name: str = "ddp-tutorial"
-    account: Optional[str] = None
-    partition: Optional[str] = None
-    qos: Optional[str] = None
-    time: str = "00:30:00"
-    run_dir: str = "runs"                  # logs, results and checkpoints go here
-    workdir: Optional[str] = None          # --chdir: where the job starts (default: where you submit)
+    template: str = job_field("seed", rule=OneOf(tuple(TEMPLATES), "slurm.unknown_template"), flag="--template",
+                              help="slurm.cli.template", cli=dict(choices=list(TEMPLATES)))
+    nodes: int = job_field(2, rule=IntIn(1, 4096), flag="--nodes", help="slurm.cli.nodes", cli=_INT)
+    # 0: the CPU-only form (no --gres)
+    gpus_per_node: int = job_field(0, rule=IntIn(0, 64), flag="--gpus-per-node", help="slurm.cli.gpus_per_node",
+                                   cli=_INT)
+    # CPU form: processes per node (GPU form: = gpus_per_node)
+    nproc_per_node: Optional[int] = job_field(None, rule=IntIn(1, 1024), flag="--nproc-per-node",
+                                              help="slurm.cli.nproc_per_node", cli=_INT)
+    # cores for each training process (→ --cpus-per-task, threads)
+    cpus_per_process: int = job_field(1, rule=IntIn(1, 1024), flag="--cpus-per-process",
+                                      help="slurm.cli.cpus_per_process", cli=_INT)
+    # the cores of one node (from the profile): what a node's tasks ask for must fit
+    cores_per_node: Optional[int] = job_field(None, rule=IntIn(1, 1 << 16))
+    job_name: str = job_field("ddp-tutorial", rule=_NAME, flag="--job-name", help="slurm.cli.job_name")
+    partition: Optional[str] = job_field(None, rule=_NAME, flag="--partition", help="slurm.cli.partition")
+    account: Optional[str] = job_field(None, rule=_NAME, flag="--account", help="slurm.cli.account")
+    reservation: Optional[str] = job_field(None, rule=_NAME, flag="--reservation", help="slurm.cli.reservation")
+    qos: Optional[str] = job_field(None, rule=_NAME, flag="--qos", help="slurm.cli.qos")
+    time: str = job_field("00:30:00", rule=Time(), flag="--time", help="slurm.cli.time")
+    # logs, results and checkpoints go here
+    run_dir: str = job_field("runs", rule=_PATH, flag="--run-dir", help="slurm.cli.run_dir")
+    # --chdir: where the job starts (default: where you submit)
+    workdir: Optional[str] = job_field(None, rule=_PATH, flag="--workdir", help="slurm.cli.workdir")
     # Environment set-up
-    python: str = "python"                 # the interpreter after set-up (a name or a path)
-    modules: Tuple[str, ...] = ()          # module load …  (preceded by module purge)
-    conda: Optional[str] = None            # conda installation directory (…/miniconda3)
-    conda_env: Optional[str] = None        # environment name or path to activate
-    venv: Optional[str] = None             # a venv directory to activate instead
-    env: Tuple[Tuple[str, str], ...] = ()  # extra exports, (NAME, value)
-    # Training (the package's model): the fields of TrainingOptions, and
-    train_args: Tuple[str, ...] = ()       # anything else for the training, e.g. ("--scale-lr",)
+    python: str = job_field("python", rule=Text(), flag="--python", help="slurm.cli.python")
+    # module load …  (preceded by module purge)
+    modules: Tuple[str, ...] = job_field((), rule=Each(Pattern(MODULE, "slurm.allowed.module"), "module"),
+                                         flag="--module", help="slurm.cli.module", cli=dict(action="append"))
+    conda: Optional[str] = job_field(None, rule=Text(), flag="--conda", help="slurm.cli.conda")  # …/miniconda3
+    conda_env: Optional[str] = job_field(None, rule=Text(), flag="--conda-env", help="slurm.cli.conda_env")
+    venv: Optional[str] = job_field(None, rule=Text(), flag="--venv", help="slurm.cli.venv")
+    # extra exports, (NAME, value); on the command line NAME=VALUE
+    env: Tuple[Tuple[str, str], ...] = job_field((), rule=EnvPairs(), flag="--env", help="slurm.cli.env",
+                                                 cli=dict(action="append", metavar="NAME=VALUE"))
+    # Training (the package's model): the fields of TrainingOptions, and anything else, e.g. ("--scale-lr",)
+    # (on the command line: the words after --)
+    train_args: Tuple[str, ...] = job_field((), rule=Each(Text(), "train_args"))
     # …or the user's own script instead (per-gpu and torchrun templates)
-    script: Optional[str] = None           # path of a DDP script run on every process
-    script_args: Union[str, Tuple[str, ...]] = ()  # its arguments: a tuple, or one string split like a shell
-    # Preemption / time limit
-    signal_seconds: Optional[int] = None   # #SBATCH --signal=B:USR1@S: warn S seconds before the limit
-    requeue: bool = False                  # #SBATCH --requeue; the script requeues itself after exit 75
+    script: Optional[str] = job_field(None, rule=Text(), flag="--script", help="slurm.cli.script",
+                                      cli=dict(metavar="PATH"))
+    # its arguments: a tuple, or one string split like a shell
+    script_args: Union[str, Tuple[str, ...]] = job_field((), rule=Arguments(), flag="--script-args",
+                                                         help="slurm.cli.script_args", cli=dict(metavar='"ARGS"'))
+    # Preemption / time limit: #SBATCH --signal=B:USR1@S, a warning S seconds before the limit
+    signal_seconds: Optional[int] = job_field(None, rule=IntIn(1, 65535), flag="--preempt-signal",
+                                              help="slurm.cli.preempt_signal", cli=dict(type=int, metavar="SECONDS"))
+    # #SBATCH --requeue; the script requeues itself after exit 75
+    requeue: bool = job_field(False, rule=Flag(), flag="--requeue", help="slurm.cli.requeue",
+                              cli=dict(action="store_true"))
 
     @classmethod
     def from_profile(cls, profile: str = "generic", **overrides) -> "JobSpec":
-        """A spec for a site profile: ``from_profile("palamut-cuda", nodes=2)`` → 8 GPUs, 16 cores each."""
+        """A spec for a site profile: ``from_profile("palamut-cuda", nodes=2)`` → 8 GPUs, 16 cores each,
+        at most 128 cores per node. ``None`` in ``overrides`` means "the profile's / the default"."""
         if profile not in PROFILES:
             raise TutorialError("slurm.unknown_profile", name=profile, choices=", ".join(PROFILES))
         p = PROFILES[profile]
-        values = dict(partition=p.partition, gpus_per_node=p.gpus_per_node, cpus_per_process=p.cpus_per_gpu)
+        values = dict(partition=p.partition, gpus_per_node=p.gpus_per_node, cpus_per_process=p.cpus_per_gpu,
+                      cores_per_node=p.cores_per_node)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -150,179 +236,70 @@ class JobSpec(TrainingOptions):
     @property
     def script_argv(self) -> Tuple[str, ...]:
         """``script_args`` as a tuple (a string is split like a shell would, nothing expanded)."""
-        if isinstance(self.script_args, str):
-            try:
-                return tuple(shlex.split(self.script_args))
-            except ValueError as error:
-                raise bad_value("script_args", self.script_args, "slurm.rule.split", detail=str(error)) from None
-        return tuple(self.script_args)
+        return split_arguments("script_args", self.script_args)
 
 
 # --------------------------------------------------------------------------------------
-# Validation
-
-NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-PATH = re.compile(r"[A-Za-z0-9_./+,@-]{1,4096}")
-MODULE = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,255}")  # not "-f": `module load -f` is an option
-TIME = re.compile(r"[0-9]{1,4}-[0-9]{1,2}(:[0-9]{1,2}){0,2}|[0-9]{1,6}(:[0-9]{1,2}){0,2}")  # ASCII digits only
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-JOB_ID = re.compile(r"[0-9]{1,12}")
-SIGNAL = re.compile(r"[A-Z0-9]{1,10}")
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")   # newline, tab, escape, C1, line separators
-PLACEHOLDER = re.compile(r"\{\{|\}\}")                       # the templates' own {{gaps}}
+# Validation: the table's rules, then the rules across fields
 
 
-def bad_value(name: str, value, rule: str, **fields) -> TutorialError:
-    """The bilingual "Invalid NAME=VALUE: RULE" error."""
-    return TutorialError("slurm.bad_value", name=name, value=value, rule=t(rule, **fields))
+def _gpus_or_processes(spec: JobSpec) -> None:
+    if spec.gpus_per_node > 0 and spec.nproc_per_node is not None and spec.nproc_per_node != spec.gpus_per_node:
+        raise TutorialError("slurm.gpu_cpu_conflict", gpus=spec.gpus_per_node, nproc=spec.nproc_per_node)
 
 
-def int_in(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise bad_value(name, value, "slurm.rule.int_range", low=low, high=high)
-    return value
+def _fits_the_node(spec: JobSpec) -> None:
+    """A node's tasks ask for no more cores than the node has (akya-cuda: 3 GPUs × 16 cores = 48 > 40)."""
+    asked = spec.cpus_per_task * spec.tasks_per_node
+    if spec.cores_per_node is not None and asked > spec.cores_per_node:
+        raise TutorialError("slurm.too_many_cores", asked=asked, cores=spec.cores_per_node,
+                            processes=spec.processes_per_node, per_process=spec.cpus_per_process)
 
 
-def matching(name: str, value, pattern: re.Pattern, allowed: str) -> str:
-    """``value`` if it matches ``pattern`` as a whole, else a clear error."""
-    if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise bad_value(name, value, "slurm.rule.pattern", allowed=t(allowed))
-    return value
-
-
-def plain_text(name: str, value, empty: bool = False) -> str:
-    """Any text that will be shell-quoted: control characters (newlines …) and ``{{`` ``}}`` are refused."""
-    if not isinstance(value, str) or (value == "" and not empty):
-        raise bad_value(name, value, "slurm.rule.control")
-    if CONTROL.search(value):
-        raise bad_value(name, value, "slurm.rule.control")
-    if PLACEHOLDER.search(value):
-        raise bad_value(name, value, "slurm.rule.placeholder")
-    return value
-
-
-def job_id_of(value) -> str:
-    """A job id as text, checked: ASCII digits only (array/het suffixes are not used here)."""
-    text = str(value).strip(" \t\r\n")
-    if not JOB_ID.fullmatch(text):
-        raise TutorialError("slurm.bad_job_id", value=value)
-    return text
-
-
-def _train_rule(name: str, value) -> None:
-    if isinstance(value, str):
-        plain_text(name, value)  # shell-quoted in the script
-    rule = TRAIN_RULES[name]
-    if not rule.ok(value):
-        raise TutorialError("slurm.bad_value", name=name, value=value, rule=rule.describe())
-
-
-def time_limit_seconds(text: str) -> int:
-    """SLURM's ``--time`` in seconds (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``); 0: no limit."""
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
-    if len(parts) == 3:
-        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
-    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
-
-
-def _check_shape(spec: JobSpec) -> None:
-    """The template, and how many nodes, GPUs, processes and cores."""
-    if spec.template not in TEMPLATES:
-        raise TutorialError("slurm.unknown_template", name=spec.template, choices=", ".join(TEMPLATES))
-    int_in("nodes", spec.nodes, 1, 4096)
-    int_in("gpus_per_node", spec.gpus_per_node, 0, 64)
-    if spec.nproc_per_node is not None:
-        int_in("nproc_per_node", spec.nproc_per_node, 1, 1024)
-        if spec.gpus_per_node > 0 and spec.nproc_per_node != spec.gpus_per_node:
-            raise TutorialError("slurm.gpu_cpu_conflict", gpus=spec.gpus_per_node, nproc=spec.nproc_per_node)
-    int_in("cpus_per_process", spec.cpus_per_process, 1, 1024)
-
-
-def _check_sbatch_lines(spec: JobSpec) -> None:
-    """What goes on #SBATCH lines, which sbatch reads without a shell: strict."""
-    matching("job_name", spec.job_name, NAME, "slurm.allowed.name")
-    for name in ("account", "partition", "qos"):
-        if getattr(spec, name) is not None:
-            matching(name, getattr(spec, name), NAME, "slurm.allowed.name")
-    if not isinstance(spec.time, str) or not TIME.fullmatch(spec.time):
-        raise bad_value("time", spec.time, "slurm.rule.time")
-    matching("run_dir", spec.run_dir, PATH, "slurm.allowed.path")
-    if spec.workdir is not None:
-        matching("workdir", spec.workdir, PATH, "slurm.allowed.path")
-
-
-def _check_environment(spec: JobSpec) -> None:
-    """Python, modules, conda or venv, exported variables: shell-quoted in the script."""
-    plain_text("python", spec.python)
-    for module in spec.modules:
-        matching("module", module, MODULE, "slurm.allowed.module")
-    for name in ("conda", "conda_env", "venv"):
-        if getattr(spec, name) is not None:
-            plain_text(name, getattr(spec, name))
+def _conda_with_env(spec: JobSpec) -> None:
     if (spec.conda is None) != (spec.conda_env is None):
         raise TutorialError("slurm.conda_needs_env")
-    for pair in spec.env:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise bad_value("env", pair, "slurm.rule.env_name")
-        key, value = pair
-        if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
-            raise bad_value("env", key, "slurm.rule.env_name")
-        plain_text(key, value, empty=True)
 
 
-def _check_what_runs(spec: JobSpec) -> None:
+def _training_or_script(spec: JobSpec) -> None:
     """The package's training with its options, or the user's script with its arguments: not both."""
-    for name in JOB_OPTIONS:
-        if getattr(spec, name) is not None:
-            _train_rule(name, getattr(spec, name))
-    for arg in spec.train_args:
-        plain_text("train_args", arg)
     if spec.script is None:
         if spec.script_args:
             raise TutorialError("slurm.script_args_without_script")
         return
-    plain_text("script", spec.script)
     if spec.template not in SCRIPT_TEMPLATES:
         raise TutorialError("slurm.script_template", template=spec.template, choices=", ".join(SCRIPT_TEMPLATES))
     given = [name for name in (*JOB_OPTIONS, "train_args") if getattr(spec, name) not in (None, ())]
     if given:
         raise TutorialError("slurm.script_with_train_options", names=", ".join(given))
-    if isinstance(spec.script_args, str):
-        plain_text("script_args", spec.script_args, empty=True)
-    for arg in spec.script_argv:
-        plain_text("script_args", arg, empty=True)
 
 
-def _check_preemption(spec: JobSpec) -> None:
-    """SIGUSR1's warning time (inside the time limit) and requeue."""
-    if spec.signal_seconds is not None:
-        int_in("signal_seconds", spec.signal_seconds, 1, 65535)
-        limit = time_limit_seconds(spec.time)
-        if limit and spec.signal_seconds >= limit:  # SIGUSR1 at the start: checkpoint at step 0, requeue, for ever
-            raise TutorialError("slurm_limits.signal_ge_time", seconds=spec.signal_seconds, time=spec.time,
-                                limit=limit)
-    if not isinstance(spec.requeue, bool):
-        raise bad_value("requeue", spec.requeue, "slurm.rule.choice", choices="True, False")
+def _signal_inside_the_limit(spec: JobSpec) -> None:
+    """SIGUSR1's warning comes before the time limit (at the start: checkpoint at step 0, requeue, for ever)."""
+    limit = time_limit_seconds(spec.time)
+    if spec.signal_seconds is not None and limit and spec.signal_seconds >= limit:
+        raise TutorialError("slurm_limits.signal_ge_time", seconds=spec.signal_seconds, time=spec.time, limit=limit)
 
 
-def _check_training(spec: JobSpec) -> None:
+def _training_options(spec: JobSpec) -> None:
     if spec.script is None:  # the package's training: its options are checked now, not after queueing
         check_train_args(spec)
 
 
-#: The checks of :func:`validate`, in the order they run (the first bad field is the one reported).
-CHECKS = (_check_shape, _check_sbatch_lines, _check_environment, _check_what_runs, _check_preemption,
-          _check_training)
+#: The rules that span fields, in the order :func:`validate` applies them after the table's.
+CROSS_RULES = (_gpus_or_processes, _fits_the_node, _conda_with_env, _training_or_script, _signal_inside_the_limit,
+               _training_options)
 
 
 def validate(spec: JobSpec) -> JobSpec:
-    """Check every field of ``spec``; raise a bilingual :class:`TutorialError` on the first bad one."""
-    for check in CHECKS:
-        check(spec)
+    """Check every field of ``spec`` by its rule in the table (an optional field left at ``None`` is not
+    given), then :data:`CROSS_RULES`; raise a bilingual :class:`TutorialError` on the first bad value."""
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.metadata.get("rule") is not None and (value is not None or f.default is not None):
+            f.metadata["rule"].check(f.name, value)
+    for rule in CROSS_RULES:
+        rule(spec)
     return spec
 
 
