@@ -455,3 +455,123 @@ def test_x11_replaced_torch_functions_and_seeds_are_put_back_after_the_check(lan
     assert outcome.key == "ex.replaced_here" and "torch.randperm" in outcome.text, outcome.text
     assert sampling.epoch_indices(sampling.make_sampler(8, 1, 0, seed=0), 0).tolist() != list(range(8))
     assert ex.shard_indices.evaluate(solution(ex.shard_indices)).correct
+
+
+# ------------------------------------------------------------------------------------------
+# 05 · ddp_job: the attendee writes the 2-node × 4-GPU job; every typical slip gets its own message
+
+def _job(*edits, text=None):
+    """The solution's job script with ``(old, new)`` replacements (each must apply)."""
+    from ddp_tutorial.exercises.job_script import solution_text
+    job = solution_text() if text is None else text
+    for old, new in edits:
+        assert old in job, old
+        job = job.replace(old, new)
+    return job
+
+
+PER_GPU = (("#SBATCH --ntasks-per-node=1", "#SBATCH --ntasks-per-node=4"),
+           ("#SBATCH --cpus-per-task=40", "#SBATCH --cpus-per-task=10"),
+           ("python -m torch.distributed.run \\\n    --nnodes \"$SLURM_NNODES\" --nproc-per-node 4 \\\n"
+            "    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv-id \"$SLURM_JOB_ID\" \\\n"
+            "    --max-restarts 0 train.py", "python train.py"))
+
+JOB_SLIPS = {
+    "placeholder": [('source "$HOME/ddp-tutorial/.venv/bin/activate"', "source <venv>/bin/activate")],
+    "typo": [("#SBATCH --nodes=2", "#SBACTH --nodes=2")],
+    "no_partition": [("#SBATCH --partition=akya-cuda\n", "")],
+    "partition": [("--partition=akya-cuda", "--partition=palamut-cuda")],
+    "nodes": [("--nodes=2", "--nodes=1")],
+    "no_gpus": [("#SBATCH --gres=gpu:4\n", "")],
+    "gpus": [("--gres=gpu:4", "--gres=gpu:8")],
+    "tasks_torchrun": [("--ntasks-per-node=1", "--ntasks-per-node=4")],
+    "tasks_per_gpu": [*PER_GPU[1:]],
+    "no_cpus": [("#SBATCH --cpus-per-task=40\n", "")],
+    "cpus": [("--cpus-per-task=40", "--cpus-per-task=48")],
+    "no_output": [("#SBATCH --output=runs/%x-%j.out\n", "")],
+    "log_folder": [("--output=runs/", "--output=logs/")],
+    "no_signal": [("#SBATCH --signal=B:USR1@300\n", "")],
+    "no_addr": [('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n', "")],
+    "addr": [('$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)', "$(srun --ntasks=1 hostname)")],
+    "port": [("$((15000 + SLURM_JOB_ID % 15000))", "12900")],
+    "srun_cpus": [("export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n", "")],
+    "kill_on_bad_exit": [("srun --kill-on-bad-exit=1 ", "srun ")],
+    "standalone": [("--rdzv-backend c10d", "--standalone --rdzv-backend c10d")],
+    "rdzv": [("--rdzv-backend c10d ", "")],
+    "rdzv_endpoint": [('--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"', "--rdzv-endpoint localhost:29500")],
+    "nproc": [("--nproc-per-node 4", "--nproc-per-node 8")],
+    "nnodes": [('--nnodes "$SLURM_NNODES"', "--nnodes 1")],
+    "no_trap": [("trap 'STOP=1; kill -USR1 \"$STEP\"' USR1\n", "")],
+    "foreground": [("train.py &\n", "train.py\n")],
+    "no_requeue": [('    scontrol requeue "$SLURM_JOB_ID"\n', '    echo stopped\n')],
+    "syntax": [("fi\nexit", "exit")],
+}
+
+
+@pytest.fixture
+def job_folder(tmp_path, monkeypatch):
+    """A submission folder with runs/ in it, as the solution leaves it."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # no SLURM answers here (none configured)
+    return tmp_path
+
+
+@pytest.mark.parametrize("slip", sorted(JOB_SLIPS))
+def test_ddp_job_names_each_missing_or_wrong_piece(slip, lang, job_folder):
+    outcome = ex.ddp_job.evaluate(_job(*JOB_SLIPS[slip]))
+    assert outcome.status == WRONG and outcome.key == f"ex.ddp_job.{slip}", outcome.text
+    for piece in literal_pieces(f"ex.ddp_job.{slip}", lang):
+        assert piece in outcome.text, (piece, outcome.text)
+    assert "Traceback" not in outcome.text
+
+
+def test_ddp_job_the_skeleton_is_not_done_and_one_task_per_gpu_passes_too(job_folder):
+    from ddp_tutorial.exercises.job_script import SKELETON
+    assert ex.ddp_job.evaluate(SKELETON).status == NOT_DONE
+    outcome = ex.ddp_job.evaluate(_job(*PER_GPU))
+    assert outcome.status == CORRECT and "one SLURM task per GPU" in outcome.text, outcome.text
+
+
+def test_fixed_sbatch_catches_the_placeholders_the_seed_leaves(lang):
+    """Issue 37: `conda activate <conda_env>` is an input redirection; the check no longer says correct."""
+    import re as re_
+    text = ex.SEED_SBATCH.replace("#SBACTH", "#SBATCH").replace("01_distributed.p\n", "01_distributed.py\n")
+    text = re_.sub(r"MASTER_PORT=\d+", "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", text)
+    outcome = ex.fixed_sbatch.evaluate(text)
+    assert outcome.key == "ex.fixed_sbatch.placeholder_directive" and "<account>" in outcome.text, outcome.text
+    outcome = ex.fixed_sbatch.evaluate(text.replace("<account>", "proj").replace("<partition>", "akya-cuda"))
+    assert outcome.key == "ex.fixed_sbatch.placeholder" and "conda activate <conda_env>" in outcome.text
+    hint = i18n.messages(lang)["ex.fixed_sbatch.hint1"]
+    assert "three" not in hint and "üç" not in hint and "<conda_env>" in hint
+
+
+@pytest.mark.slurm
+def test_ddp_job_solution_is_accepted_by_sbatch_test_only_on_the_slurm_lab(tmp_path, monkeypatch):
+    """The SLURM lab (tests/helpers/slurmlab.py) shaped like two akya-cuda nodes: 4 (fake) GPUs and 40 cores
+    each. Its partition is called `debug`: SBATCH_PARTITION says so, as a user's variable would (it overrides
+    the script's line); every other line goes to the real sbatch --test-only, from the check itself."""
+    from conftest import _slurm_cannot_run
+    from slurmlab import LabError, SlurmLab
+
+    if SlurmLab.missing():
+        _slurm_cannot_run("needs " + "; ".join(SlurmLab.missing()))
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    lab = SlurmLab(cpus_per_node=40, gpus_per_node=4)
+    try:
+        lab.start()
+    except (LabError, OSError) as error:
+        lab.stop()
+        _slurm_cannot_run(f"could not start it ({str(error).strip()[:2000]})")
+    try:
+        for name, value in lab.env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("SBATCH_PARTITION", "debug")
+        outcome = ex.ddp_job.evaluate(_job())
+        assert outcome.status == CORRECT and "sbatch --test-only accepts it here" in outcome.text, outcome.text
+        refused = ex.ddp_job.evaluate(_job(("--time=00:30:00", "--time=half-an-hour")))
+        assert refused.key == "ex.ddp_job.sbatch_refused", refused.text
+        assert lab.queue() == []  # --test-only submitted nothing
+    finally:
+        lab.stop()

@@ -70,6 +70,12 @@ def _grade_sbatch(text):
         fail("ex.fixed_sbatch.port", port=port.group(1).strip())
     if not re.search(r"^\s*export\s+MASTER_ADDR=", text, re.M):
         fail("ex.fixed_sbatch.no_addr")
+    for number_, line in enumerate(text.splitlines(), start=1):
+        placeholder = re.search(r"<([A-Za-z_][\w-]*)>", line)
+        directive = line.strip().startswith("#SBATCH")
+        if placeholder and (directive or not line.strip().startswith("#")):
+            fail("ex.fixed_sbatch.placeholder_directive" if directive else "ex.fixed_sbatch.placeholder",
+                 line=number_, code=line.strip()[:60], name=placeholder.group(0))
     options = _sbatch_options(text)
     try:
         nodes = int(options.get("nodes", "1"))
