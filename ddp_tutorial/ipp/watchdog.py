@@ -9,6 +9,13 @@ When the pipe reaches end-of-file — the kernel exited or was killed — or the
 it SIGKILLs those processes and ``scancel``s the job, then exits. :meth:`Guard.release` (a clean
 :func:`ddp_tutorial.ipp.stop`) tells it to exit without doing anything.
 
+Inside a SLURM job (a JupyterLab started by scripts/lab_job.sh, an OnDemand session) the end of the
+job — ``scancel``, its walltime — sends SIGTERM to every process of the job, the watchdog included, and
+SIGKILL a few seconds later (review N7): on SIGTERM or SIGHUP the watchdog does the same ending first,
+so the engines' own SLURM job never outlives the allocation that started it. Where
+``DDP_TUTORIAL_ENGINE_JOBS`` names a file (scripts/lab_job.sh sets it), the engine job's id is also
+appended to it, for the lab job's own clean-up to ``scancel``.
+
 This file also runs as a script (``python -I watchdog.py KERNEL_PID``): stdlib and psutil only.
 """
 
@@ -17,11 +24,24 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 
 POLL_SECONDS = 0.5  # how often the watchdog also checks the kernel's pid (a forked child may hold the pipe)
+JOBS_FILE = "DDP_TUTORIAL_ENGINE_JOBS"  # a file the engine job ids are appended to (scripts/lab_job.sh)
+
+
+def record_job(job_id) -> None:
+    """Append ``job_id`` to the file ``$DDP_TUTORIAL_ENGINE_JOBS`` names, if any (one short write)."""
+    path = os.environ.get(JOBS_FILE)
+    if path and job_id:
+        try:
+            with open(path, "a", encoding="utf-8") as jobs:
+                jobs.write(f"{job_id}\n")
+        except OSError:
+            pass  # the clean-up has the watchdog still; a missing file is no reason to fail the start
 
 
 class Guard:
@@ -35,6 +55,7 @@ class Guard:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
         self.job_id = job_id
+        record_job(job_id)
         self.update(pids)
 
     def update(self, pids) -> None:
@@ -112,27 +133,49 @@ def _running(handle) -> bool:
         return False
 
 
+class _Ending(Exception):
+    """SIGTERM/SIGHUP reached the watchdog: its job is ending (scancel, walltime)."""
+
+
+def _ending(signum, frame):
+    raise _Ending
+
+
 def watch(kernel_pid: int, kernel_started: float) -> None:
-    targets, job_id, buffer = [], None, b""
+    state = {"targets": [], "job_id": None}
+    signal.signal(signal.SIGTERM, _ending)
+    signal.signal(signal.SIGHUP, _ending)
+    try:
+        if not _follow(kernel_pid, kernel_started, state):
+            return  # released, or nothing left to guard
+    except _Ending:
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one ending at a time: SLURM may signal twice
+    _end(state["targets"], state["job_id"])
+
+
+def _follow(kernel_pid: int, kernel_started: float, state: dict) -> bool:
+    """Read the kernel's messages until it is gone (True: end what is guarded) or releases us (False)."""
+    buffer = b""
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
     while True:
         ready, _, _ = select.select([stdin], [], [], POLL_SECONDS)
         if ready:
             chunk = os.read(stdin.fileno(), 65536)
             if not chunk:  # end of file: the kernel is gone (or released us and closed)
-                break
+                return True
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 message = json.loads(line)
                 if message.get("release"):
-                    return
-                targets, job_id = message.get("targets", targets), message.get("job_id", job_id)
+                    return False
+                state["targets"] = message.get("targets", state["targets"])
+                state["job_id"] = message.get("job_id", state["job_id"])
         elif not _same_process(kernel_pid, kernel_started):
-            break
-        elif targets and not any(_same_process(pid, started) for pid, started in targets):
-            return  # everything we guard is gone already
-    _end(targets, job_id)
+            return True
+        elif state["targets"] and not any(_same_process(pid, started) for pid, started in state["targets"]):
+            return False  # everything we guard is gone already
 
 
 if __name__ == "__main__":
