@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .i18n import TutorialError, t
+from .i18n import Count, TutorialError, t
 
 #: sbatch's own variables for the three settings a workshop job needs (flags win).
 SLURM_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
@@ -226,7 +226,8 @@ def check_data(root: Path) -> List[Line]:
             fix = next((x.strip() for x in text[1:] if "ddp-tutorial data" in x), "")
             lines.append(Line(False, "data_bad", dict(dataset=dataset, why=text[0] + (f" → {fix}" if fix else ""))))
         else:
-            lines.append(Line(True, "data_ok", dict(dataset=dataset, root=root, train=n_train, test=n_test)))
+            sizes = dict(train=Count(n_train), test=Count(n_test))
+            lines.append(Line(True, "data_ok", dict(dataset=dataset, root=root, **sizes)))
     return lines
 
 
