@@ -31,6 +31,16 @@ from .validate import Choice, Int, NonEmptyPath, Number
 
 CHECKPOINT_NAME = "checkpoint.pt"   # the file in --checkpoint-dir (ddp_tutorial.checkpoint writes it)
 
+#: Seconds a process waits for the others — to form the process group, or inside one collective — before it
+#: gives up with a clear message: the package's one default for it (``--timeout``, ``ipp.run(pg_timeout=…)``,
+#: the exercise checks). Why 300: every process of a run starts at the same time (one launcher, one srun, one
+#: set of engines), so the others normally arrive within seconds; the margin covers a peer that is still
+#: importing torch from a cold shared file system or writing a checkpoint, and 5 minutes is still short
+#: against torch's own defaults (30 minutes for gloo, 10 for NCCL), so a rank left out of a collective is
+#: reported within minutes. A call with its own wall-clock bound (``ipp.run(timeout=…)``, an exercise
+#: check) ends at that bound if it comes first.
+RENDEZVOUS_TIMEOUT = 300.0
+
 
 def _default_root() -> str:
     from .datasets import default_root
@@ -74,8 +84,8 @@ class TrainConfig:
     hidden: int = option(128, help="cli.hidden", rule=Int(1, 1 << 16))
     backend: str = option("auto", help="cli.backend", rule=Choice(("auto", "gloo", "nccl")))
     device: str = option("auto", help="cli.device", rule=Choice(("auto", "cpu", "cuda")))
-    # seconds to form the process group / finish a collective
-    timeout: float = option(300.0, help="cli.timeout", rule=Number(1.0, 7 * 24 * 3600.0))  # > 1 s: less is no network
+    # seconds to form the process group / finish a collective (RENDEZVOUS_TIMEOUT; > 1 s: less is no network)
+    timeout: float = option(RENDEZVOUS_TIMEOUT, help="cli.timeout", rule=Number(1.0, 7 * 24 * 3600.0))
     # intra-op threads per process (default: ddp_tutorial.threads)
     threads: Optional[int] = option(None, help="cli.threads", rule=Int(1, 1024))
     checkpoint_dir: Optional[str] = option(None, help="cli.checkpoint_dir", rule=NonEmptyPath())
@@ -150,6 +160,13 @@ def _argparse_keywords(f) -> dict:
     return keywords
 
 
+def help_text(f) -> str:
+    """Field ``f``'s help line in the user's language, its ``{default}`` taken from the table (never
+    written by hand in the catalogue)."""
+    from .i18n import t
+    return t(f.metadata["help"], **({} if f.default is MISSING else {"default": f.default}))
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The training options, shared by every launcher's command line (help in the user's language;
     no torch import, so ``ddp-tutorial train --help`` answers at once)."""
@@ -159,7 +176,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         for flag, keywords, help_key in f.metadata["flags"]:
             g.add_argument(flag, dest=f.name, help=t(help_key), **keywords)
         if not f.metadata["flags"]:
-            g.add_argument(validate.option_name(f.name), dest=f.name, help=t(f.metadata["help"]),
+            g.add_argument(validate.option_name(f.name), dest=f.name, help=help_text(f),
                            **{**_argparse_keywords(f), **f.metadata["cli"]})
     return parser
 
@@ -167,11 +184,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """The training options a job script passes on (``job=True`` in the table), for ``slurm render``:
     no default here (the job spec's own applies), the type and help from the table."""
-    from .i18n import t
     for f in fields(TrainConfig):
         if f.name in JOB_OPTIONS:
             keywords = {**_argparse_keywords(f), "default": None}
-            parser.add_argument(validate.option_name(f.name), dest=f.name, help=t(f.metadata["help"]), **keywords)
+            parser.add_argument(validate.option_name(f.name), dest=f.name, help=help_text(f), **keywords)
 
 
 def job_options_of(args: argparse.Namespace) -> dict:

@@ -26,7 +26,7 @@ def distributed(worker, fn, *args, timeout: float = 180.0):
     after the first costs a few seconds, not an engine start (issue 26). They end with ``ipp.stop()``,
     with the kernel, or when a check fails inside a collective (the runner stops them then)."""
     from .. import ipp
-    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=True, timeout=timeout, pg_timeout=30.0)
+    results = ipp.run(_guarded, worker, fn, *args, n=ENGINES, keep=True, timeout=timeout)
     for rank, (_, replaced) in enumerate(results):
         if replaced:
             fail("ex.torch_replaced", names=", ".join(replaced), rank=rank)

@@ -40,7 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..config import TrainConfig
+from ..config import RENDEZVOUS_TIMEOUT, TrainConfig
 from ..i18n import TutorialError
 from . import local, remote, runner
 from . import slurm as _slurm_engines
@@ -144,7 +144,7 @@ def _checked_output(output: str) -> str:
 
 
 def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, backend: str = "gloo",
-        timeout: Optional[float] = 300.0, pg_timeout: float = 60.0, group: Optional[bool] = None,
+        timeout: Optional[float] = 300.0, pg_timeout: float = RENDEZVOUS_TIMEOUT, group: Optional[bool] = None,
         argv: Optional[Sequence[str]] = None, slurm_names: Optional[bool] = None, output: str = "rank0",
         device: str = "auto", **kwargs) -> list:
     """Run ``function`` on ``n`` engines as one distributed run and return its results in rank order.

@@ -6,7 +6,7 @@ Split the way submitit splits it: building the job script, then submitting and w
 :mod:`.spec`       site profiles, :class:`JobSpec`, the check of every value
 :mod:`.render`     the job script: a template from ``slurm/`` with its gaps filled in one pass
 :mod:`.jobs`       submit, state, wait, cancel, logs, results (``sbatch``, ``scontrol``, ``sacct``)
-:mod:`.preview`    before submitting: what the job asks for and where it goes; ``sbatch --test-only``
+:mod:`.presubmit`  before submitting: what the job asks for and where it goes; ``sbatch --test-only``
 :mod:`.rules`      the kinds of value a job spec field may hold, each with its check
 :mod:`.cli`        ``ddp-tutorial slurm render|submit|status|wait|cancel|logs|result``
 =================  =====================================================================
@@ -37,7 +37,7 @@ from .cli import add_cli, add_render_arguments
 from .jobs import (TERMINAL, JobInfo, cancel, checkpoint_dir, job_info, log_path, parse_scontrol, read_log,
                    read_result, result_path, run_command, submit, test_only, wait)
 from .render import ENGINES_TEMPLATE, TEMPLATE_DIR, render, render_engines, template_text, write_script
-from .preview import check_accepted, preview
+from .presubmit import check_accepted, preview
 from .spec import (PROFILE_VARIABLE, PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobSpec, Profile, job_id_of, validate,
                    workshop_profile)
 

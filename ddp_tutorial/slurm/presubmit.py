@@ -28,6 +28,10 @@ from .spec import PROFILES, JobSpec
 #: What sbatch reads from the environment for the three fields (sbatch's rule: command line, then these,
 #: then the script's #SBATCH lines).
 SBATCH_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
+#: How the preview names each field, and what sbatch does when it is not given at all.
+LABELS = {"partition": ("slurm.preview.partition", "slurm.preview.default_partition"),
+          "account": ("slurm.preview.account", "slurm.preview.default_account"),
+          "reservation": ("slurm.preview.reservation", "slurm.preview.default_reservation")}
 
 #: SLURM's words for a refusal (``sbatch: error: …``) → what to change; the first match wins.
 REFUSALS: Tuple[Tuple[str, str], ...] = (
@@ -71,8 +75,8 @@ def preview(spec: JobSpec, environ: Optional[Mapping[str, str]] = None, profile:
         elif source == "script":
             where = t("slurm.preview.from_script")
         else:
-            where = t(f"slurm.preview.default_{name}")
-        lines.append(f"  {t('slurm.preview.' + name) + ':':<22} {value or '—'}  ({where})")
+            where = t(LABELS[name][1])
+        lines.append(f"  {t(LABELS[name][0]) + ':':<22} {value or '—'}  ({where})")
         if source == "variable" and getattr(spec, name) not in (None, value):
             lines.append("    " + t("slurm.preview.overridden", name=SBATCH_VARIABLES[name], value=value,
                                     option=name, script=getattr(spec, name)))
