@@ -94,7 +94,8 @@ def test_cluster_two_hosts(slurm_cluster, tmp_path):
     # The clean-up of crashed earlier labs leaves a living lab alone.
     from slurmlab import cleanup_stale
     assert not [item for item in cleanup_stale() if lab.tag in item or str(lab.dir) in item]
-    assert lab.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+    # two partitions over the same two nodes: debug (the default) and workshop (a site's named partition)
+    assert lab.run(["sinfo", "-h", "-o", "%P %T"]).stdout.split() == ["debug*", "idle", "workshop", "idle"]
 
 
 @pytest.mark.slurm
@@ -460,3 +461,52 @@ def test_own_script_follows_the_preemption_contract(slurm_cluster, tmp_path):
         assert "requeueing job" in log and "restart 1," in log
         result = json.loads((where[template] / "result.json").read_text())
         assert result["restart"] == "1" and 2 <= result["started_at"] < 6, (result, log)
+
+
+@pytest.mark.slurm
+def test_partition_and_reservation_reach_the_job_and_a_wrong_name_is_named(slurm_cluster, tmp_path):
+    """Issue 34.5 on the lab: a reservation made with `scontrol create reservation`, a job rendered with the
+    lab's second partition and that reservation — previewed, accepted by `sbatch --test-only`, run inside it —
+    and SBATCH_RESERVATION honoured for a script without the line. A wrong reservation or partition gets our
+    message naming what to change. Accounts: the lab has no slurmdbd (AccountingStorageType=none), so SLURM
+    checks no account and any --account is accepted; only a site (`sacctmgr`) can refuse one."""
+    lab = slurm_cluster
+    name = f"ddp-ws-{lab.tag[-6:]}"
+    where = tmp_path / "where.py"
+    where.write_text("import os, socket\nprint(socket.gethostname(), os.environ.get('SLURM_JOB_PARTITION'), "
+                     "os.environ.get('SLURM_JOB_RESERVATION'))\n")
+
+    def script(file: str, **changes) -> tuple:
+        spec = slurm.JobSpec(**dict(dict(template="per-gpu", nodes=2, nproc_per_node=1, python=sys.executable,
+                                         run_dir=str(tmp_path / "runs"), time="00:05:00", script=str(where)),
+                                    **changes))
+        return spec, slurm.write_script(slurm.render(spec), tmp_path / file)
+
+    lab.run(["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now", "Duration=10",
+             "Users=root", "Nodes=ALL", "Flags=IGNORE_JOBS"])
+    try:
+        spec, path = script("in.sh", partition="workshop", reservation=name, account="ddp-class")
+        shown = slurm.preview(spec, environ={})
+        assert "workshop" in shown and name in shown and "ddp-class" in shown
+        assert "accepts" in slurm.check_accepted(path, spec, env=dict(lab.env, DDP_TUTORIAL_LANG="en"))
+        plain_spec, plain = script("plain.sh")
+        jobs = [slurm.submit(path, env=lab.env), slurm.submit(plain, env=dict(lab.env, SBATCH_RESERVATION=name))]
+        for job in jobs:
+            info = slurm.wait(job, timeout=120, poll=0.3, max_poll=1, env=lab.env)
+            assert info.succeeded, (info.describe(), slurm.read_log(job, env=lab.env))
+            assert info.fields.get("Reservation") == name, info.fields
+        rows = sorted(slurm.read_log(jobs[0], env=lab.env).split())
+        assert rows.count(name) == 2 and rows.count("workshop") == 2, rows
+
+        for file, changes, key, named in (("bad-res.sh", dict(reservation="no-such-res"), "slurm.refused.reservation",
+                                           "no-such-res"),
+                                          ("bad-part.sh", dict(partition="no-such-part"), "slurm.refused.partition",
+                                           "no-such-part")):
+            bad_spec, bad = script(file, **changes)
+            with pytest.raises(TutorialError) as caught:
+                slurm.check_accepted(bad, bad_spec, env=lab.env)
+            assert caught.value.key == key, caught.value.text("en")
+            assert named in caught.value.text("en") and named in caught.value.text("tr")
+        assert lab.queue() == []  # --test-only queues nothing
+    finally:
+        lab.run(["scontrol", "delete", f"ReservationName={name}"], check=False)

@@ -217,6 +217,7 @@ MessageTimeout=20
 GresTypes=gpu
 NodeName=n[1-{n}] NodeAddr={SUBNET}.[1-{n}] CPUs={self.cpus_per_node} Gres=gpu:{self.gpus_per_node}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=workshop Nodes=ALL Default=NO MaxTime=INFINITE State=UP
 """
         if n == 1:
             conf = conf.replace("n[1-1]", "n1").replace(f"{SUBNET}.[1-1]", f"{SUBNET}.1")
