@@ -8,7 +8,8 @@ Reading order (the story first, then what it calls, then how it is started):
                     the loop → ``all_gather`` of the losses → rank-0 test → ``destroy_process_group``.
 2. ``whoami.py`` (step 1), ``device_rule.py`` (step 2), ``data.py`` (3), ``process_group.py`` (4),
    ``sampling.py`` (5), ``model.py`` (6), ``evaluate.py`` (9) — the pieces, numbered as the story's steps.
-3. ``runstate.py`` — the chores at fixed points: resume, preemption, checkpoints, progress, result.
+3. ``runstate.py`` (the run's checks, SIGUSR1, printing), ``resume.py`` (``--resume``, checkpoints),
+   ``meter.py`` (losses, clock, progress bar, result) — the chores beside the story, each complete when built.
 4. Launchers: ``spawn.py`` (the seed's per-node parent) on ``supervisor.py``, ``ipp`` (notebook
    engines), ``slurm`` (sbatch scripts), ``cli.py`` (``ddp-tutorial …``).
 

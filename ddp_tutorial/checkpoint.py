@@ -259,7 +259,7 @@ REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape
 
 
 # Settings that decide the data order or the optimisation: a resumed run must keep them, or it
-# would silently be another run. (The learning rate may change: runstate applies it and says so.)
+# would silently be another run. (The learning rate may change: resume.py applies it and says so.)
 SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
                "optimizer_kind": "--optimizer"}
 # What a checkpoint written before a setting was recorded means by its absence: every checkpoint older

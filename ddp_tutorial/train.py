@@ -16,9 +16,12 @@ ipyparallel engine in a notebook). Each numbered step below is one idea of DDP, 
 9. the test on rank 0 only, through the unwrapped model; ``dist.broadcast`` of its accuracy;
 10. ``dist.destroy_process_group``.
 
-The chores around the story — resume, checkpoints, warm-up, progress bar, JSON result — are
-named calls on a :class:`~ddp_tutorial.runstate.RunState`; the stop vote (SIGUSR1, SLURM's warning
-before the time limit) is a collective, so it is written here too, in the loop.
+The chores around the story are objects built where the story needs them, each complete when built:
+:class:`~ddp_tutorial.runstate.RunState` (the checks before the rendezvous, SIGUSR1, printing),
+:class:`~ddp_tutorial.resume.Resume` (``--resume``, rank 0's checkpoints) and
+:class:`~ddp_tutorial.meter.RunRecord` / :class:`~ddp_tutorial.meter.EpochMeter` (losses, clock,
+progress bar, JSON result). The stop vote (SIGUSR1, SLURM's warning before the time limit) is a
+collective, so it is written here, in the loop; so is the warm-up of the learning rate.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from .i18n import Count, t
 from .model import DeepNeuralNetwork
 from .process_group import abort_process_group, rendezvous_errors
 from .result import TrainResult
-from .runstate import STOP_CHECK_EVERY, RunState, scaled_lr
+from .meter import EpochMeter, RunRecord
+from .resume import Resume
+from .runstate import STOP_CHECK_EVERY, RunState, scaled_lr, warmup_lr
 from .threads import threads_for
 from .whoami import DistEnv, resolve_environment
 
@@ -109,18 +114,20 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             lr = scaled_lr(config, env.world_size)
             optimizer = make_optimizer(config.optimizer, ddp_model.parameters(), lr)
             criterion = torch.nn.CrossEntropyLoss()
-            start = run.begin(model, optimizer, device, backend, control, steps_per_epoch)  # --resume: from here
+            resume = Resume(run, model, optimizer, lr, device)
+            start = resume.start()  # --resume: weights, optimizer, position from the checkpoint
             if distributed:
                 dist.barrier(group=control)  # every rank is ready (its checkpoint loaded): go
-            run.settle_ddp_buckets(ddp_model, train_data, criterion)
+            resume.settle_ddp_buckets(ddp_model, train_data, criterion, start)
+            record = RunRecord(run, model, lr, device, backend, steps_per_epoch, start)  # the clock starts
 
             # 7. The loop. set_epoch: a new shuffle each epoch — forget it and every epoch repeats
-            #    the first one's order. run.steps() skips what a resumed run already did and draws
-            #    rank 0's progress bar.
+            #    the first one's order. A resumed epoch starts at the step where it stopped.
             for epoch in range(start.epoch, config.epochs):
                 sampler.set_epoch(epoch)
                 batches = torch.tensor(list(sampler), device=device).split(config.batch_size)
-                for step in run.steps(epoch, len(batches)):
+                meter = EpochMeter(device, start, epoch)  # a resumed epoch starts where it stopped
+                for step in record.progress(epoch, range(meter.first_step, len(batches))):
                     # The stop vote, every STOP_CHECK_EVERY steps: did any rank get SIGUSR1 (SLURM's
                     # warning before the time limit)? All ranks must stop at the same step — a rank that
                     # left alone would leave the others waiting in backward() — so they all-reduce (MAX)
@@ -129,26 +136,28 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                         stop = torch.tensor([1.0 if run.stop.requested else 0.0])
                         if distributed:
                             dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=control)
-                        if stop.item() > 0:
-                            preempt(run, env, control, epoch, step)  # checkpoint, then exit 75 (below)
-                    run.set_lr(epoch, step)  # --warmup-steps: the lr of this step
+                        if stop.item() > 0:  # checkpoint, then exit 75 (below)
+                            preempt(resume, meter, record, env, control, epoch, step)
+                    for group in optimizer.param_groups:  # --warmup-steps N: lr/N … lr over the first N steps
+                        group["lr"] = warmup_lr(lr, epoch * steps_per_epoch + step, config.warmup_steps)
                     images, labels = train_data.batch(batches[step])
                     optimizer.zero_grad(set_to_none=True)
                     loss = criterion(ddp_model(images), labels)
                     loss.backward()  # DDP all-reduces (averages) the gradients of all ranks here
                     optimizer.step()  # so every rank takes the same step
-                    run.record(loss, len(labels))  # summed on the device: no per-step sync
+                    meter.record(loss, len(labels))  # summed on the device: no per-step sync
 
                 # 8. My loss — the seed's printed line — and every rank's (loss sum, batches), gathered
                 #    on the CPU: the mean over all ranks is what the epoch line and the result report.
-                loss_sum, steps = run.epoch_loss()
+                loss_sum, steps = meter.epoch_loss()
                 run.say(t("train.rank_loss", rank=env.rank, loss=loss_sum, epoch=epoch, steps=steps))
                 mine = torch.tensor([loss_sum, float(steps)], dtype=torch.float64)
                 totals = [mine]
                 if distributed:
                     totals = [torch.zeros_like(mine) for _ in range(env.world_size)]
                     dist.all_gather(totals, mine, group=control)
-                run.end_epoch(epoch, totals)  # the record, the epoch line, the checkpoint
+                record.end_epoch(epoch, totals, meter)  # the record, the epoch line
+                resume.save(epoch + 1, 0, 0.0, 0, record.result)  # rank 0's checkpoint (--checkpoint-dir)
 
             # 9. The test, on rank 0 only, through the unwrapped model (`ddp_model.module`): a forward
             #    through the DDP wrapper on one rank alone could wait for the others.
@@ -161,9 +170,9 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                 if distributed:
                     dist.broadcast(score, src=0)  # everyone returns rank 0's accuracy
                 accuracy = float(score[0])
-            return run.finish(accuracy)
+            return record.finish(accuracy)
         except (RuntimeError, dist.DistError) as error:
-            lost = run.lost_peer(error)  # another rank died: said at once, exit code 3
+            lost = run.lost_peer(error, backend)  # another rank died: said at once, exit code 3
             if lost is None:
                 raise
             raise lost from None
@@ -176,19 +185,20 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                 dist.destroy_process_group()
 
 
-def preempt(run: RunState, env: DistEnv, control, epoch: int, step: int) -> None:
+def preempt(resume: Resume, meter: EpochMeter, record: RunRecord, env: DistEnv, control, epoch: int,
+            step: int) -> None:
     """The stop vote said "stop": every rank's partial loss of this epoch (``dist.all_gather``), rank 0's
     checkpoint where every rank stands, a ``dist.barrier`` so that nobody leaves before it is on disk,
     then exit 75 (the job script requeues; ``--resume`` continues from this very step)."""
-    mine = torch.tensor(run.epoch_loss(), dtype=torch.float64)  # (loss sum, batches) so far
+    mine = torch.tensor(meter.epoch_loss(), dtype=torch.float64)  # (loss sum, batches) so far
     partials = [mine]
     if env.world_size > 1:
         partials = [torch.zeros_like(mine) for _ in range(env.world_size)]
         dist.all_gather(partials, mine, group=control)
-    run.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials])
+    resume.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials], record.result)
     if env.world_size > 1:
         dist.barrier(group=control)
-    run.preempted(epoch, step)  # raises: exit 75
+    resume.preempted(epoch, step)  # raises: exit 75
 
 
 def make_optimizer(kind: str, parameters, lr: float) -> torch.optim.Optimizer:

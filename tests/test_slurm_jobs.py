@@ -259,7 +259,7 @@ def test_requeue_resumes_with_the_same_weights(slurm_cluster, cluster_data, temp
         same = result["weights_sha256"] == reference["result"]["weights_sha256"]
         print(f"{template}: resumed from {result['resumed_from']}, bit-identical={same}, max |Δw| = {diff:.3g}")
         assert diff <= 1e-6, f"{template}: resumed run differs from the uninterrupted one by {diff:.3g}"
-        # Since RunState.settle_ddp_buckets, a resumed run is bit-identical at world 4 too.
+        # Since Resume.settle_ddp_buckets, a resumed run is bit-identical at world 4 too.
         assert same, f"{template}: resumed weights are close ({diff:.3g}) but not bit-identical"
 
 

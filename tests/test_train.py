@@ -122,7 +122,7 @@ def test_fashion_mnist_reaches_84_percent_at_world_2(fashion_root, tmp_path):
 
 def test_resume_at_world_4_is_bit_identical(mnist_root, tmp_path):
     """With 3+ ranks the all-reduce's summation order depends on DDP's bucket layout, which DDP
-    re-packs after its first step; a resumed run must not round differently (RunState.settle_ddp_buckets)."""
+    re-packs after its first step; a resumed run must not round differently (Resume.settle_ddp_buckets)."""
     common = ["--dataset", "mnist", "--root", str(mnist_root), "--nproc-per-node", "4", "--threads", "1",
               "--batch-size", "64", "--lr", "3e-4", "--train-subset", "3000", "--no-eval", "--quiet"]
     full, part = tmp_path / "full.json", tmp_path / "part.json"
@@ -141,19 +141,19 @@ def test_resume_at_world_4_is_bit_identical(mnist_root, tmp_path):
 def test_a_world_1_result_records_the_backend_the_run_printed(requested, device, recorded):
     """At world 1 there is no process group; the JSON still names the backend train.py printed ("device cuda:0,
     backend nccl"), not gloo for every run without a group (seen on the first GPU run, an H200). CUDA is not
-    touched: begin() only records the device."""
+    touched: RunRecord only records the device."""
     import torch
     from ddp_tutorial.model import DeepNeuralNetwork
-    from ddp_tutorial.runstate import RunState
+    from ddp_tutorial.meter import RunRecord
+    from ddp_tutorial.runstate import Position, RunState
     from ddp_tutorial.whoami import resolve_environment
     env = resolve_environment(rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500)
     model = DeepNeuralNetwork(2, 784, 16, 10)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     from ddp_tutorial.device_rule import choose_backend
     run = RunState(TrainConfig(backend=requested, evaluate=False), env)
     backend = choose_backend(requested, torch.device(device))  # as train.py's step 2, which it prints
-    run.begin(model, optimizer, torch.device(device), backend, None, 10)
-    assert run.result.backend == recorded and run.result.device == device
+    record = RunRecord(run, model, 1e-3, torch.device(device), backend, 10, Position())
+    assert record.result.backend == recorded and record.result.device == device
 
 
 def test_sgd_is_an_option_recorded_and_kept_on_resume(mnist_root, tmp_path):

@@ -221,7 +221,7 @@ def _show_progress_in_kernel() -> None:
 
 
 def _draw_nothing() -> None:
-    """``progress=False``: the engine's own tqdm again (runstate shows no bar then)."""
+    """``progress=False``: the engine's own tqdm again (meter.RunRecord shows no bar then)."""
     import tqdm.auto
     if _ORIGINAL_BAR:
         tqdm.auto.tqdm = _ORIGINAL_BAR[0]
