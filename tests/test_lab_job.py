@@ -103,6 +103,10 @@ def test_the_custom_app_bashrc_block(tmp_path):
     assert inside.strip() == f"{venv}|{tmp_path}/ddp-data|tr|{venv}/bin/jupyter", inside
     assert sorted(p.name for p in (tmp_path / "workshop" / "tr").iterdir()) == sorted(
         p.name for p in (REPO / "notebooks" / "tr").glob("*.ipynb"))
+    lines = (REPO / "ondemand" / "truba" / "bashrc.sh").read_text().splitlines()
+    code = [re.sub(r"\s+# .*$", "", line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    for page in ("ondemand.md", "ondemand.tr.md"):  # the pages show exactly this block
+        assert "\n".join(code) in (REPO / "docs" / page).read_text(), f"docs/{page} shows another ~/.bashrc block"
 
 
 GUARDED_KERNEL = """
