@@ -65,7 +65,8 @@ def _namespace(profile: str, gpus_expr=None, environ=None):
     namespace = {"slurm": slurm, "sys": sys, "Path": Path, "os": SimpleNamespace(environ=dict(environ or {})),
                  "shlex": shlex,
                  "RUN_DIR": Path("/scratch/runs"), "NB": {"dataset": "mnist", "root": "/scratch/data"},
-                 "PROFILE": slurm.PROFILES[profile], "profile": slurm.PROFILES[profile]}
+                 "PROFILE": slurm.PROFILES[profile], "profile": slurm.PROFILES[profile], "PROFILE_NAME": profile,
+                 "SHOWN": slurm.PROFILES[profile]}
     if gpus_expr is not None:
         namespace["gpus"] = eval(compile(ast.Expression(gpus_expr), "<cell>", "eval"), namespace)
     return namespace

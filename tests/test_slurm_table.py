@@ -129,7 +129,8 @@ def test_the_command_line_takes_partition_account_reservation(capsys, monkeypatc
     monkeypatch.chdir(tmp_path)
     assert main(["slurm", "render", "--partition", "debug", "--account", "ddp", "--reservation", "ws"]) == 0
     out = capsys.readouterr().out
-    assert "#SBATCH --partition=debug " in out and "#SBATCH --account=ddp " in out and "#SBATCH --reservation=ws " in out
+    for line in ("#SBATCH --partition=debug ", "#SBATCH --account=ddp ", "#SBATCH --reservation=ws "):
+        assert line in out
 
 
 def test_start_slurm_takes_a_reservation():
@@ -172,13 +173,15 @@ def test_the_workshop_profile_comes_from_one_place(environ, expected):
 
 @pytest.mark.parametrize("environ,key", [
     ({"DDP_TUTORIAL_SLURM_PROFILE": "akya"}, "slurm.unknown_profile_variable"),
-    ({"DDP_TUTORIAL_SLURM_PROFILE": "akya-cuda", "SBATCH_PARTITION": "palamut-cuda"}, "slurm.profile_partition_conflict"),
+    ({"DDP_TUTORIAL_SLURM_PROFILE": "akya-cuda", "SBATCH_PARTITION": "palamut-cuda"},
+     "slurm.profile_partition_conflict"),
 ])
 def test_a_profile_that_contradicts_sbatch_is_refused(environ, key):
     with pytest.raises(TutorialError) as caught:
         slurm.workshop_profile(environ)
     assert caught.value.key == key
-    assert "DDP_TUTORIAL_SLURM_PROFILE" in caught.value.text("en") and "DDP_TUTORIAL_SLURM_PROFILE" in caught.value.text("tr")
+    for lang in ("en", "tr"):
+        assert "DDP_TUTORIAL_SLURM_PROFILE" in caught.value.text(lang)
 
 
 def test_render_and_start_slurm_default_to_the_workshop_profile(monkeypatch, capsys, tmp_path):

@@ -245,9 +245,11 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     script and log go to ``run_dir``.
     """
     es.check_kernel_has_no_cuda()
+    profile = profile or batch.workshop_profile()
     spec = _engine_spec(profile, dict(nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node),
                         job)
     template = batch.render_engines(spec)  # every value checked before anything is submitted
+    print(batch.preview(spec, profile=profile), flush=True)  # partition, account, reservation, nodes, GPUs, cores
     if shutil.which("sbatch") is None:
         raise TutorialError("slurm.missing", command="sbatch")
     address = check_address(controller_ip) if controller_ip else controller_address()
@@ -271,7 +273,7 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
             set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script),
                                                 **engine_command(job.get("python")))
         except subprocess.CalledProcessError:
-            batch.test_only(script)  # sbatch refused the script: ask it why, as a clear error
+            batch.check_accepted(script, spec)  # sbatch refused the script: ask it why; say what to change
             raise
         job_id = batch.job_id_of(cluster.engines[set_id].job_id)
         guard = Guard([p.pid for p in es.with_helpers([cluster.controller.pid])], job_id=job_id)
