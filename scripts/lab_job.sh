@@ -73,6 +73,11 @@ fi
 export DDP_TUTORIAL_DATASET=$dataset
 
 work=$(absolute "${DDP_TUTORIAL_WORK:-$checkout/workshop}")/$lang
+case "$work" in
+  "$checkout"/*) ;;
+  *) say "!! DDP_TUTORIAL_WORK deponun dışında ($work): 04–06 defterlerindeki 'python -m benchmarks…' komutları oradan benchmarks/ klasörünü bulamaz; kopyayı deponun içinde tutun." \
+         "!! DDP_TUTORIAL_WORK is outside the checkout ($work): the 'python -m benchmarks…' commands of notebooks 04–06 will not find benchmarks/ from there; keep the copy inside the checkout." >&2 ;;
+esac
 bash scripts/workshop_copy.sh "$lang" "$work"
 settings=$venv/share/jupyter/lab/settings   # the lab's settings (no news pop-up), where the environment is ours
 if [ -w "$settings" ] || { [ ! -e "$settings" ] && [ -w "$venv" ]; }; then
@@ -120,7 +125,7 @@ cleanup() {
   ended=1
   trap '' TERM INT HUP
   local jobs pids i
-  jobs=$(sort -u "$DDP_TUTORIAL_ENGINE_JOBS" 2>/dev/null | tr '\n' ' ')
+  jobs=$(sort -u "$DDP_TUTORIAL_ENGINE_JOBS" 2>/dev/null | xargs)
   if [ -n "${jobs// }" ]; then
     say "== iş bitiyor: motor işleri iptal ediliyor ($jobs)" "== the job is ending: cancelling the engine jobs ($jobs)"
     timeout 20 scancel $jobs 2>/dev/null
