@@ -31,7 +31,7 @@
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
-checkout=$PWD
+checkout=$(pwd -P)
 
 lang=${DDP_TUTORIAL_LANG:-en}
 case "$lang" in
