@@ -4,7 +4,11 @@
 GPU when there are enough GPUs, else CPU engines, said in one line in the user's language; an explicit
 ``device="cuda"`` with too few GPUs is refused with a call that works. The GPU count is faked in this
 process (the kernel) only, as the review did (``ddp_tutorial.ipp.local.gpu_count``); the engines are real
-processes, and CPU engines must see no GPU at all (``CUDA_VISIBLE_DEVICES`` empty for them)."""
+processes, and CPU engines must see no GPU at all (``CUDA_VISIBLE_DEVICES`` empty for them).
+
+Every notebook cell that starts engines and every check in a notebook: the English notebooks' kernels in the
+suite count one GPU (notebooks/conftest.py, an IPython startup file), so nbval runs each of those cells as
+in a one-GPU session; the Turkish ones run as this machine is (no GPU)."""
 
 import pytest
 import torch
