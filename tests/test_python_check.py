@@ -99,3 +99,19 @@ def test_lab_sh_stops_at_an_old_python_in_the_attendees_language(old_python, tmp
     line = _one_line(done, languages)
     assert "lab.sh" in line
     assert not (clone / ".venv").exists() and not (clone / "workshop").exists()
+
+
+@pytest.mark.parametrize("lang", ["tr", "en"])
+def test_lab_sh_checks_the_class_environments_python_first(old_python, tmp_path, lang):
+    """Issue 34 items 1-2: with DDP_TUTORIAL_VENV the interpreter checked is the class environment's: a venv
+    made with an old Python stops lab.sh in one line, in the attendee's language, before anything is done."""
+    clone = _fresh_checkout(tmp_path)
+    venv = tmp_path / "class-env"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copy(tmp_path / "old-bin" / "python3", venv / "bin" / "python")
+    environ = dict(old_python, DDP_TUTORIAL_VENV=str(venv))
+    done = subprocess.run(["bash", "scripts/lab.sh", lang], cwd=clone, env=environ, capture_output=True, text=True,
+                          timeout=60)
+    line = _one_line(done, [lang])
+    assert f"{venv}/bin/python" in line
+    assert not (clone / ".venv").exists() and not (clone / "workshop").exists()
