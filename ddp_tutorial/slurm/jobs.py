@@ -266,8 +266,9 @@ def read_result(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str
         raise TutorialError("slurm.bad_result", path=str(path), detail=str(error)) from None
 
 
-#: The line the per-gpu and torchrun templates end a user-script job's log with (render.py: "finished").
-_OWN_FINISHED = re.compile(r"^your script finished with exit code (\d+)\s*$", re.M)
+#: The line the per-gpu and torchrun templates end a user-script job's log with (render.py: "finished"),
+#: in the language the job was rendered in (slurm_script.echo_finished_own).
+_OWN_FINISHED = re.compile(r"^(?:your script finished with exit code|betiğiniz bitti, çıkış kodu) (\d+)\s*$", re.M)
 
 
 def own_script_outcome(job_id, run_dir: Optional[str] = None,

@@ -173,7 +173,7 @@ def network_lines(lang: str) -> List[str]:
         f'    echo "!! MASTER_ADDR=$MASTER_ADDR:" {q(t("slurm_script.network_loopback", "en"))} /'
         f' {q(t("slurm_script.network_loopback", "tr"))} >&2',
         "fi",
-        'echo "network for gloo / NCCL: ${GLOO_SOCKET_IFNAME:-their own choice} / ${NCCL_SOCKET_IFNAME:-its own}"',
+        f'echo "{t("slurm_script.echo_network", lang)}"',  # the job's language
     ]
 
 
@@ -187,7 +187,7 @@ def check_lines(spec: JobSpec, lang: str) -> List[str]:
     return [
         "# ---- GPU check / GPU denetimi ------------------------------------------------------------",
         *_comment("slurm_script.check", lang),
-        '"$PYTHON" -m ddp_tutorial.gpu || { echo "GPU check failed: see the lines above (docs/truba.md)"; exit 2; }',
+        f'"$PYTHON" -m ddp_tutorial.gpu || {{ echo "{t("slurm_script.echo_gpu_check_failed", lang)}"; exit 2; }}',
     ]
 
 
@@ -258,16 +258,16 @@ PROGRAMS = {
 # What the job says about the run's files, the stop signal and a requeue: the package's training
 # writes RUN_DIR/result-ID.json and checkpoints, and resumes; your own script does what it does
 # (slurm/README.md shows the pattern that makes it checkpoint, exit 75 and resume).
-# The echo texts are shell code: the same in both languages.
+# The echo texts are in the job's language (slurm_script.echo_*), like its comments.
 def _run_notes(own: bool, lang: str) -> Dict[str, str]:
     if own:
         return {
             "runfiles": "\n".join(_comment("slurm_script.own_files", lang)),
             "stopnote": "\n".join(_comment("slurm_script.stop_own", lang)),
-            "stopecho": "passing it on to your script",
-            "finished": "your script",
+            "stopecho": t("slurm_script.echo_stop_own", lang),
+            "finished": t("slurm_script.echo_finished_own", lang),
             "exitnote": "\n".join(_comment("slurm_script.exit_own", lang)),
-            "requeueecho": "the next run starts your script again",
+            "requeueecho": t("slurm_script.echo_requeue_own", lang),
         }
     return {
         "runfiles": "\n".join([
@@ -278,10 +278,10 @@ def _run_notes(own: bool, lang: str) -> Dict[str, str]:
             "    RESUME=(--resume)   # " + t("slurm_script.resume", lang),
             "fi"]),
         "stopnote": "\n".join(_comment("slurm_script.stop_training", lang)),
-        "stopecho": "asking the training to checkpoint and stop",
-        "finished": "training",
+        "stopecho": t("slurm_script.echo_stop_training", lang),
+        "finished": t("slurm_script.echo_finished_training", lang),
         "exitnote": "\n".join(_comment("slurm_script.exit_training", lang)),
-        "requeueecho": "the next run resumes from $CHECKPOINTS",
+        "requeueecho": t("slurm_script.echo_requeue_training", lang),
     }
 
 
