@@ -100,7 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also measure world 1 idle against N busy processes started by the benchmark")
     parser.add_argument("--dataset", default="fashion-mnist", choices=list(datasets.NAMES))
     parser.add_argument("--root", default=None, help="staged data root (default: $DDP_TUTORIAL_ROOT or "
-                                                     "~/.cache/ddp-tutorial/data)")
+                                                     "~/ddp-data)")
     parser.add_argument("--world", type=_positive, nargs="+", default=[1, 2], help="world sizes (default: 1 2)")
     parser.add_argument("--repeats", type=_positive, default=3, help="repetitions of every run (median reported)")
     parser.add_argument("--epochs", type=_positive, default=1, help="epochs per throughput run")

@@ -50,13 +50,15 @@ MD5 = {
 }
 
 ROOT_VARIABLE = "DDP_TUTORIAL_ROOT"
+DEFAULT_ROOT_NAME = "ddp-data"  # under $HOME: ~/ddp-data
 DATASET_VARIABLE = "DDP_TUTORIAL_DATASET"
 
 
 def default_root() -> Path:
-    """``$DDP_TUTORIAL_ROOT``, else ``~/.cache/ddp-tutorial/data``."""
+    """``$DDP_TUTORIAL_ROOT``, else ``~/ddp-data``: the one data root of the lab, the kernels, the engines, the
+    jobs, ``scripts/demo.sh`` and the CLI (a class-wide shared root may be read-only: reading never writes)."""
     value = os.environ.get(ROOT_VARIABLE)
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "ddp-tutorial" / "data"
+    return Path(value).expanduser() if value else Path.home() / DEFAULT_ROOT_NAME
 
 
 def default_dataset() -> str:

@@ -339,7 +339,7 @@ def test_offline_download_fails_fast_and_clearly(tmp_path, monkeypatch):
 def test_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("DDP_TUTORIAL_ROOT", raising=False)
     monkeypatch.delenv("DDP_TUTORIAL_DATASET", raising=False)
-    assert datasets.default_root() == Path.home() / ".cache" / "ddp-tutorial" / "data"
+    assert datasets.default_root() == Path.home() / "ddp-data"
     assert datasets.default_dataset() == "mnist"
     monkeypatch.setenv("DDP_TUTORIAL_ROOT", str(tmp_path))
     monkeypatch.setenv("DDP_TUTORIAL_DATASET", "fashion-mnist")

@@ -1,32 +1,73 @@
-"""The README's quick start, run as written (issue 26 R4): both languages give the same commands, each line
-runs from the checkout offline on staged data, and nothing lands in the checkout.
+"""The README's command blocks, run as written (issue 26 R4, issue 37 item 3): in a fresh ``bash``, its
+environment cleared of every ``DDP_TUTORIAL_*`` variable (those only the lab sets), ``$HOME`` a fresh folder.
+
+Every command line of every ```bash block is either run by a test here or listed in :data:`NOT_RUN_HERE`
+with the reason (:func:`test_every_readme_command_is_run_or_listed_with_its_reason`).
 
 Offline variants, and only these: `bash scripts/setup.sh` already ran (scripts/test.sh starts with it);
 `source .venv/bin/activate` is the venv's bin folder first on PATH; the one line that needs the internet
 (`ddp-tutorial data prepare --dataset mnist`, which downloads) is skipped and its result is put in place
 beforehand — a tiny MNIST in ~/ddp-data, so that `scripts/fetch_mnist.py` answers at once, as it does
-where MNIST is already staged. Everything else runs exactly as the README prints it, with $HOME a fresh
-folder.
+where MNIST is already staged. Everything else runs exactly as the README prints it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import data_fixtures
 from idx_files import write_mnist_like
+
+genuine_mnist_root = data_fixtures.genuine_mnist_root  # the fixture: genuine MNIST, staged by scripts/test.sh
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 VENV_BIN = Path(sys.executable).parent
 ONLINE = "ddp-tutorial data prepare --dataset mnist --root ~/ddp-data"
 ALREADY_DONE = ("bash scripts/setup.sh", "source .venv/bin/activate")
+SUBMIT = " && sbatch "  # submitting: the SLURM lab's tests (tests/test_slurm_jobs.py)
+
+#: Command lines of the README that no test here runs, and why (every other line is run as written).
+NOT_RUN_HERE = {
+    "bash scripts/test.sh": "the whole suite: it is what runs this test",
+    "bash scripts/setup.sh": "installs into the checkout's .venv, which the suite must not rebuild "
+                             "(tests/test_lab_script.py runs it in a throw-away checkout)",
+    "source .venv/bin/activate": "the venv's bin folder is put first on PATH instead (the same effect)",
+    ONLINE: "downloads MNIST (needs the internet); its result is staged beforehand",
+    "cd workshop/en && source ../../.venv/bin/activate": "the capstone test runs the block's lines in a workshop "
+        "copy (scripts/workshop_copy.sh) with the venv's bin first on PATH: the same folder and the same venv",
+    "sbatch cnn_ddp.sbatch": "needs a SLURM cluster: the SLURM lab's tests submit rendered jobs",
+}
+
+
+def fresh_env(home: Path) -> dict:
+    """A fresh terminal's environment: no DDP_TUTORIAL_* (only the lab sets them), no launcher variables,
+    ``$HOME`` = ``home``, the venv's bin first on PATH (= `source .venv/bin/activate`)."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("DDP_TUTORIAL_") and name not in (
+               "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VIRTUAL_ENV")}
+    env.update(HOME=str(home), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(VENV_BIN.parent),
+               PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def bash_blocks() -> list:
+    """Every command line of every ```bash block of the README: continuations joined, comments dropped."""
+    text = README.read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"^```bash\n(.*?)```", text, re.S | re.M):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
 
 
 def quick_start(heading: str) -> list:
@@ -56,11 +97,7 @@ def test_the_quick_start_runs_as_written_and_writes_nothing_into_the_checkout(tm
     home.mkdir()
     # What the online line would have staged: MNIST in ~/ddp-data (tiny, learnable).
     write_mnist_like(home / "ddp-data", "mnist", n_train=2048, n_test=256, seed=0)
-    env = dict(os.environ, HOME=str(home), PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-               VIRTUAL_ENV=str(VENV_BIN.parent), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_TUTORIAL_ROOT",
-                 "DDP_TUTORIAL_DATASET"):
-        env.pop(name, None)
+    env = fresh_env(home)
     before = checkout_state()
     ran = []
     for line in quick_start("Quick start"):
@@ -68,10 +105,7 @@ def test_the_quick_start_runs_as_written_and_writes_nothing_into_the_checkout(tm
             continue
         if "/usr/share/datasets/fashion-mnist" in line and not Path("/usr/share/datasets/fashion-mnist").is_dir():
             continue  # the Debian package is what this line imports; CI installs it
-        argv = [os.path.expanduser(word.replace("~", str(home), 1)) if word.startswith("~") else word
-                for word in shlex.split(line)]
-        argv = [word.replace("=~/", f"={home}/") for word in argv]
-        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"README line failed: {line}\n{done.stdout}\n{done.stderr}"
         ran.append((line, done.stdout + done.stderr))
     lines = [line for line, _ in ran]
@@ -117,12 +151,12 @@ def test_the_capstone_commands_run_as_written_in_a_workshop_copy(fashion_root, t
     header = '"""cnn_single.py with DDP: written by notebook 08 from its train_ddp function."""\n\n'
     (work / "capstone" / "cnn_ddp.py").write_text(header + capstone.TRAIN_DDP_CODE.lstrip() + main.group(2))
 
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(VENV_BIN.parent),
-               DDP_TUTORIAL_ROOT=str(fashion_root), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
+    home = tmp_path / "home"
+    (home / "ddp-data").mkdir(parents=True)  # the one default data root, as lab.sh and demo.sh stage it
+    (home / "ddp-data" / "FashionMNIST").symlink_to(fashion_root / "FashionMNIST")
+    env = fresh_env(home)  # a normal terminal: no DDP_TUTORIAL_ROOT
     for line in lines[1:]:
-        command = line.split(" && sbatch ")[0]          # submitting: the SLURM lab's tests
+        command = line.split(SUBMIT)[0]
         done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, f"README line failed: {line}\n{done.stdout}\n{done.stderr}"
@@ -130,8 +164,68 @@ def test_the_capstone_commands_run_as_written_in_a_workshop_copy(fashion_root, t
             assert "test accuracy" in done.stdout, done.stdout
         if " slurm render " in f" {command}":
             job = (work / "cnn_ddp.sbatch").read_text()
-            assert str(fashion_root) in job                  # --root "$DDP_TUTORIAL_ROOT", expanded
+            assert f"--root {home}/ddp-data" in job or f"'--root' '{home}/ddp-data'" in job or \
+                f"{home}/ddp-data" in job  # --root "${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}", expanded
             log = re.search(r"^#SBATCH --output=(\S+)", job, re.M).group(1)
             assert (work / Path(log).parent).is_dir(), f"the log folder {Path(log).parent} does not exist"
             assert "RESUME=(--resume)" not in job and "asking the training to checkpoint" not in job, \
                 "a user script's job promises checkpoints it does not write"
+
+
+def _run_here() -> dict:
+    """The lines the tests of this file run, by test."""
+    lines = {line: "quick start" for line in quick_start("Quick start")
+             if not line.startswith(ALREADY_DONE) and line != ONLINE}
+    lines.update({line.split(SUBMIT)[0]: "capstone" for line in capstone_block()[1:]})
+    lines["bash scripts/demo.sh"] = "demo (DDP_TUTORIAL_VENV=this venv: the set-up step is the one not run)"
+    return lines
+
+
+def test_every_readme_command_is_run_or_listed_with_its_reason():
+    """Issue 37 item 3: no README line is left untested without a reason; the Turkish blocks are the
+    English ones (their workshop folder aside), and no line leans on a variable only the lab sets."""
+    run, unlisted = _run_here(), []
+    for line in bash_blocks():
+        line = line.replace("workshop/tr", "workshop/en")
+        parts = line.split(SUBMIT)
+        for part in (parts[0], *("sbatch " + rest for rest in parts[1:])):
+            if part not in run and part not in NOT_RUN_HERE:
+                unlisted.append(part)
+        for variable in re.findall(r"\$\{?(DDP_TUTORIAL_\w+)(\}|:-)?", line):
+            assert variable[1] == ":-", f"{line}: ${variable[0]} is set only in the lab: give it a default"
+    assert not unlisted, f"README lines neither run by tests/test_readme_commands.py nor listed: {unlisted}"
+    stale = set(NOT_RUN_HERE) - {part for line in bash_blocks()
+                                 for part in (line.split(SUBMIT)[0], *("sbatch " + r for r in line.split(SUBMIT)[1:]))}
+    assert not stale, f"NOT_RUN_HERE lists lines the README no longer has: {stale}"
+    assert "--ServerApp.token" not in README.read_text(encoding="utf-8")  # deprecated: --IdentityProvider.token
+
+
+def test_the_readmes_notebook_call_is_defined_in_08():
+    """`ipp.run(train_ddp, ROOT, LIMIT, EPOCHS, BATCH, LR, n=2)`: every name it passes is defined by 08's cells
+    (issue 37: EPOCHS was not)."""
+    text = README.read_text(encoding="utf-8")
+    calls = set(re.findall(r"`ipp\.run\(train_ddp, ([A-Z_, ]+), n=2\)`", text))
+    assert calls, "the README no longer shows the notebook call"
+    source = (REPO / "notebooks" / "src" / "08_own_model.cells").read_text(encoding="utf-8")
+    assigned = set()
+    for target in re.findall(r"^([A-Z_][A-Z_0-9, ]*?)\s*=[^=]", source, re.M):
+        assigned.update(name.strip() for name in target.split(","))
+    for call in calls:
+        missing = [name.strip() for name in call.split(",") if name.strip() not in assigned]
+        assert not missing, f"08 does not define {missing}, which the README's ipp.run line passes"
+
+
+def test_demo_stages_into_the_one_root_and_prints_the_seeds_lines_on_mnist(genuine_mnist_root, tmp_path):
+    """`bash scripts/demo.sh` in a fresh terminal: the data root is ~/ddp-data (as lab.sh's), MNIST (the
+    seed's data) is used when it is staged there, and the seed's lines are printed. DDP_TUTORIAL_VENV names
+    this venv, so that its first step (scripts/setup.sh into .venv) is not re-run by the suite."""
+    home = tmp_path / "home"
+    (home / "ddp-data").mkdir(parents=True)
+    (home / "ddp-data" / "MNIST").symlink_to(genuine_mnist_root / "MNIST")
+    env = fresh_env(home)
+    env["DDP_TUTORIAL_VENV"] = str(VENV_BIN.parent)
+    done = subprocess.run(["bash", "scripts/demo.sh"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"== data set: mnist ({home}/ddp-data)" in done.stdout, done.stdout
+    assert "Accuracy of the network on the 10000 test images:" in done.stdout, done.stdout

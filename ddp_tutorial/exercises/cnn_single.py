@@ -75,7 +75,7 @@ def accuracy(model, images, labels):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=os.environ.get("DDP_TUTORIAL_ROOT", "data"))
+    parser.add_argument("--root", default=os.environ.get("DDP_TUTORIAL_ROOT") or os.path.expanduser("~/ddp-data"))
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
