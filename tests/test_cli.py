@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ddp_tutorial import cli
+from ddp_tutorial.config import TrainConfig
 from ddp_tutorial.i18n import t
 
 try:
@@ -106,7 +107,8 @@ def test_help_in_the_users_language(lang):
     for key in ("cli.train", "cli.env", "cli.slurm", "data.cli.data"):  # every subcommand's line
         assert t(key, lang=lang) in top
     for key in ("cli.epochs", "cli.batch_size", "cli.nproc_per_node", "cli.group_training", "cli.group_launch"):
-        assert t(key, lang=lang) in train, key
+        default = getattr(TrainConfig, key.removeprefix("cli."), None)  # a help line's {default}: from the table
+        assert t(key, lang=lang, default=default) in train, key
     if lang == "tr":
         assert "usage" not in top + train and "show this help" not in top + train
 

@@ -7,7 +7,8 @@ import pytest
 from ddp_tutorial.cli import main
 
 CASES = [  # (options after --, English words, Turkish words)
-    (["--epochs", "abc"], "argument --epochs: invalid int value: 'abc'", "--epochs argümanı: geçersiz int değeri"),
+    (["--epochs", "abc"], "argument --epochs: 'abc' is not a whole number",
+     "--epochs argümanı: 'abc' bir tam sayı değil"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option", "--no-such-option"),
     (["--epochs", "abc", "--nproc-per-node", "4"], "--nproc-per-node cannot be given after --: the job script "
      "starts the training processes itself", "--nproc-per-node, -- sonrasında verilemez: eğitim süreçlerini"),
