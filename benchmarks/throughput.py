@@ -44,11 +44,10 @@ from ddp_tutorial.i18n import TutorialError, number, t
 from . import comm, gpu
 from .common import busy_fraction, load_average, machine, usable_cores, write_json
 from .contention import measure_contention, print_contention
-from .runner import REPO, median, pct, run_command, say
+from .runner import median, pct, run_command, say
 from .scaling import TARGET_ACCURACY, measure_scaling_throughput, print_scaling, time_to_accuracy
 from .table import goals, measure_table, print_table
 
-RESULTS = REPO / "benchmarks" / "results"
 
 
 def world_limits(report: dict) -> dict:

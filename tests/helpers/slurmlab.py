@@ -15,6 +15,9 @@
 * fake GPUs: character devices made with ``mknod`` (copies of /dev/null) listed
   in ``gres.conf``, so ``--gres=gpu:N`` is accepted and jobs get
   ``CUDA_VISIBLE_DEVICES`` as on real hardware.
+* two partitions over both nodes: ``debug`` (the default) and ``workshop`` (a site's named
+  partition, for jobs that name theirs). No slurmdbd (``AccountingStorageType=accounting_storage/none``):
+  ``--account`` is accepted unchecked, and reservations (``scontrol create reservation``) work.
 
 Client commands (``sbatch``, ``squeue`` …) run from the root namespace through
 small wrapper scripts in ``<lab>/bin`` that enter the hub's network namespace;
