@@ -575,3 +575,15 @@ def test_ddp_job_solution_is_accepted_by_sbatch_test_only_on_the_slurm_lab(tmp_p
         assert lab.queue() == []  # --test-only submitted nothing
     finally:
         lab.stop()
+
+
+def test_train_ddp_says_when_it_cannot_see_the_gpu_lines(lang):
+    """Issue 37 item 4: on CPU engines a function without set_device/device_ids trains alike; check() says so."""
+    from ddp_tutorial.exercises.capstone import gpu_lines_note
+    solution_fn = cell(ex.train_ddp.solution_code(lang), "train_ddp")
+    assert gpu_lines_note(solution_fn) == ""
+    without = cell(ex.train_ddp.solution_code(lang).replace("torch.cuda.set_device(device)", "pass")
+                   .replace("device_ids=[device.index] if device.type == \"cuda\" else None", ""), "train_ddp")
+    note = gpu_lines_note(without)
+    assert "set_device, device_ids" in note and "GPU 0" in note
+    assert "set_device" in i18n.messages(lang)["ex.train_ddp.todo1"]

@@ -44,7 +44,7 @@ class Registering:
             got = self.count()
         except Exception:  # noqa: BLE001 - no client yet, or it is being closed
             got = 0
-        return t("ipp.registering", got=got, n=self.n, seconds=time.monotonic() - self.began)
+        return t("ipp.registering_local", got=got, n=self.n, seconds=time.monotonic() - self.began)
 
     def _tick(self) -> None:
         last_line = self.began
