@@ -587,3 +587,25 @@ def test_train_ddp_says_when_it_cannot_see_the_gpu_lines(lang):
     note = gpu_lines_note(without)
     assert "set_device, device_ids" in note and "GPU 0" in note
     assert "set_device" in i18n.messages(lang)["ex.train_ddp.todo1"]
+
+
+VAGUE_BEFORE = {  # issue 37 item 4: the three messages that said what but not why
+    "mean_over_ranks": ("import torch.distributed as dist\n\ndef mean_over_ranks(tensor):\n"
+                        "    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)\n"
+                        "    return tensor / dist.get_world_size()\n", "ex.engine_name_error"),
+    "average_gradients": ("def average_gradients(model):\n    import torch.distributed as dist\n"
+                          "    for p in model.parameters():\n        p.grad /= dist.get_world_size()\n",
+                          "ex.average_gradients.no_all_reduce"),
+    "train_ddp_steps": (ex.train_ddp_steps.solution_code("en").replace("optimizer.zero_grad()", "pass"),
+                        "ex.train_ddp_steps.accumulates"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VAGUE_BEFORE))
+def test_the_three_vague_messages_now_say_why(name, engines, lang):
+    code, key = VAGUE_BEFORE[name]
+    exercise = ex.get(name)
+    outcome = exercise.evaluate(cell(code, name))
+    assert outcome.status == WRONG, outcome.text
+    for piece in literal_pieces(key, lang):
+        assert piece in outcome.text, (piece, outcome.text)

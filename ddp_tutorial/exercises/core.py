@@ -204,6 +204,8 @@ def raise_if_failed(results: list) -> list:
                                  report.get("exited", False))
             if report.get("hint"):  # what the exercise knows about this error (e.g. no GPU here)
                 text += " " + report["hint"]
+            elif report["type"] == "NameError":  # a name of the notebook's: the engines are other processes
+                text += " " + t("ex.engine_name_error")
             returned = [str(other) for other, result in enumerate(results)
                         if not (isinstance(result, dict) and "attendee_error" in result)]
             if returned and any(word in report["message"] for word in _COLLECTIVE_WORDS):  # E07: a collective alone

@@ -169,6 +169,8 @@ def _grade_average(fn):
             fail("ex.average_gradients.unchanged", rank=rank)
         if all(torch.allclose(a, b * world) for a, b in zip(mine, ddp)):
             fail("ex.average_gradients.sum", rank=rank, world=world)
+        if all(torch.allclose(a * world, b) for a, b in zip(mine, local)):
+            fail("ex.average_gradients.no_all_reduce", rank=rank, world=world)
         gap = max(float((a - b).abs().max()) for a, b in zip(mine, ddp))
         if gap < 1e-5:
             fail("ex.average_gradients.not_exact", rank=rank, gap=f"{gap:.1e}")
@@ -240,6 +242,8 @@ def _grade_train(fn):
             fail("ex.train_ddp_steps.unwrapped_forward", kind=result["around"])
         if not result["same"]:
             fail("ex.train_ddp_steps.differ", steps=steps, kind=result["type"])
+        if result["gap"] > 1e-6 and steps > 1 and results[0][1]["gap"] <= 1e-6:
+            fail("ex.train_ddp_steps.accumulates", steps=steps, gap=f"{result['gap']:.3g}")
         if result["gap"] > 1e-6:
             fail("ex.train_ddp_steps.wrong", steps=steps, gap=f"{result['gap']:.3g}")
         if not result["is_ddp"]:
