@@ -96,6 +96,81 @@ def readme_halves() -> tuple:
     return (text[tr_at:en_at], text[en_at:]) if tr_at < en_at else (text[tr_at:], text[en_at:tr_at])
 
 
+def preamble(text: str) -> str:
+    """README.md's bilingual preamble (before '## Türkçe'): its English paragraph, the one that opens with
+    '**Workshop:**' (its Turkish twin is the '**Atölye:**' paragraph above it)."""
+    head = text.split("\n## Türkçe")[0]
+    return next((p for p in head.split("\n\n") if p.startswith("**Workshop:**")), "")
+
+
+#: Bilingual pages outside docs/ whose two languages sit side by side: every section is a unit (its
+#: Turkish is in the same section), so an edit of either language flags that section.
+INTERLEAVED = ("slurm/README.md",)
+#: English pages under docs/ that need no .tr.md twin (bilingual within the page).
+NO_TWIN = {"docs/reliability.md"}
+
+
+def missing_twins(root: Path = ROOT) -> list:
+    """Every docs page that has lost its twin: an English page without .tr.md (NO_TWIN aside), a .tr.md
+    without its English."""
+    pages = sorted((root / "docs").rglob("*.md"))
+    names = {str(p.relative_to(root)) for p in pages}
+    problems = []
+    for name in sorted(names):
+        twin = name[:-6] + ".md" if name.endswith(".tr.md") else name[:-3] + ".tr.md"
+        if twin not in names and name not in NO_TWIN:
+            problems.append(f"{name}: its twin {twin} is missing (restore it: git checkout -- {twin})")
+    return problems
+
+
+#: Words a tr.toml value may share with its English (names, terms the glossary keeps in English).
+SAME_WORDS = {"python", "torch", "optimizer", "adam", "sgd", "rank", "epoch", "batch", "gloo", "nccl", "cpu",
+              "cuda", "mnist", "fashion", "ddp", "slurm", "usage", "seed", "torchrun"}
+
+
+def _same_in_both(value: str) -> bool:
+    rest = re.sub(r"\{[^}]*\}|--[\w-]+", " ", value)
+    return all(word.lower() in SAME_WORDS for word in re.findall(r"[A-Za-z]{3,}", rest))
+
+
+def untranslated(english: dict, turkish: dict) -> list:
+    """Keys whose Turkish is a copy of the English (a tr.toml message replaced by its English text)."""
+    return [f"ddp_tutorial/messages/tr.toml: [{key}] is the English text ({value[:60]!r}): translate it"
+            for key, value in sorted(english.items()) if turkish.get(key) == value and not _same_in_both(value)]
+
+
+ENGLISH_WORD = re.compile(r"\b(?:the|is|are|of|and|to|with|not|all|on|at|for|from|was|has|no|yes)\b", re.I)
+LITERAL = re.compile(r"""(?<![\w⟪‖])[rfb]?("[^"\n]*"|'[^'\n]*')""")
+
+
+def english_in_code(text: str) -> list:
+    """(line, literal) for every string literal of a code cell outside ⟪tr‖en⟫ that reads as English
+    (a printed sentence; not a command line or an option); a line ending in '# same in both languages'
+    is allowed."""
+    bare = BILINGUAL.sub(lambda m: "\n" * m.group(0).count("\n"), text)  # line numbers kept
+    found = []
+    for number, line in enumerate(bare.splitlines(), 1):
+        if line.rstrip().endswith("# same in both languages") or line.lstrip().startswith("#"):
+            continue
+        for m in LITERAL.finditer(line):
+            body = m.group(1)[1:-1]
+            if body.lstrip().startswith(("-", "ddp-tutorial ", "python ", "torchrun ", "srun ", "sbatch ")):
+                continue
+            if ENGLISH_WORD.search(body) and len(re.findall(r"[A-Za-z]{2,}", body)) >= 3:
+                found.append((number, m.group(1)))
+    return found
+
+
+def english_in_cells() -> list:
+    problems = []
+    for path in sorted((ROOT / "notebooks" / "src").glob("*.cells")):
+        for kind, start, text in cell_blocks(path):
+            if kind.startswith("code") or kind.startswith("exercise"):
+                problems += [f"{path.relative_to(ROOT)}:{start + n}: {lit[:60]} is English in the Turkish notebook "
+                             f"too: write ⟪\"Türkçe\"‖\"English\"⟫" for n, lit in english_in_code(text)]
+    return problems
+
+
 def page_pairs() -> list:
     """(English page, Turkish page) for every docs page with a .tr.md twin (either may be missing)."""
     pages = {p for p in (ROOT / "docs").rglob("*.md")}
@@ -135,6 +210,11 @@ def units() -> dict:
     _tr_half, en_half = readme_halves()
     found["README.md"] = [(f"English half, section {head} — twin in the Turkish half", body)
                           for head, body in sections(en_half)]
+    found["README.md"].append(("preamble, the **Workshop:** paragraph — twin: the **Atölye:** paragraph",
+                               preamble((ROOT / "README.md").read_text(encoding="utf-8"))))
+    for rel in (rel for rel in INTERLEAVED if (ROOT / rel).is_file()):
+        found[rel] = [(f"section {head or '(before the first heading)'} — its Turkish is in the same section", body)
+                      for head, body in sections((ROOT / rel).read_text(encoding="utf-8"))]
     from ddp_tutorial import i18n
     found["ddp_tutorial/messages/en.toml"] = [(f"[{key}] — twin in tr.toml", value)
                                               for key, value in sorted(i18n.messages("en").items())]
@@ -157,6 +237,14 @@ def stale(lock: dict | None = None) -> list:
             for rel, items in units().items() for label, text in items if sha(text) not in lock.get(rel, {})]
 
 
+def problems() -> list:
+    """Everything ``check`` reports: stale Turkish, a lost twin page, a tr.toml copy of the English, English
+    printed by a notebook's code outside ⟪tr‖en⟫."""
+    from ddp_tutorial import i18n
+    return [*stale(), *missing_twins(), *untranslated(i18n.messages("en"), i18n.messages("tr")),
+            *english_in_cells()]
+
+
 def confirm() -> None:
     LOCK.write_text(json.dumps(current(), ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -176,9 +264,9 @@ def _main(argv: list) -> int:
         print(f"wrote {LOCK.relative_to(ROOT)}")
         return 0
     if command == "check":
-        problems = stale()
-        print("\n".join(problems) if problems else "every Turkish text is confirmed against its English")
-        return 1 if problems else 0
+        found = problems()
+        print("\n".join(found) if found else "every Turkish text is confirmed against its English")
+        return 1 if found else 0
     print("usage: python scripts/translations.py check|confirm", file=sys.stderr)
     return 2
 

@@ -228,3 +228,77 @@ def test_messages_have_the_same_format_fields_and_specs():
         if a != b:
             problems.append(f"[{key}]: en {{name, conversion, spec}} {a} ≠ tr {b}")
     report(problems)
+
+
+# 5 ── the five kinds of change issue 37 found unguarded ─────────────────────────────────────────
+
+def test_the_new_guards_hold_on_this_checkout():
+    """No lost twin page, no tr.toml message that is its English, no English printed by a notebook's code."""
+    report([*T["missing_twins"](), *T["untranslated"](i18n.messages("en"), i18n.messages("tr")),
+            *T["english_in_cells"]()])
+
+
+def test_the_preamble_and_slurm_readme_are_under_the_lock():
+    """(a) An edit of README's bilingual preamble, or of a sentence of slurm/README.md, is a new hash."""
+    import json
+
+    lock = json.loads(T["LOCK"].read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert T["sha"](T["preamble"](readme)) in lock["README.md"]
+    edited = readme.replace("The printed URL opens\n00_setup.", "The printed URL opens\n03_collectives.")
+    assert edited != readme and T["sha"](T["preamble"](edited)) not in lock["README.md"]
+    page = (ROOT / "slurm" / "README.md").read_text(encoding="utf-8")
+    hashes = {T["sha"](body) for _, body in T["sections"](page)}
+    assert hashes <= set(lock["slurm/README.md"])
+    changed = {T["sha"](body) for _, body in T["sections"](page.replace("Every script sets", "Each script sets"))}
+    assert changed - set(lock["slurm/README.md"]), "an edited slurm/README.md section went unnoticed"
+
+
+def test_a_turkish_message_replaced_by_its_english_is_caught():
+    """(b) tr.toml's value equal to the English is named; terms the same in both languages are not."""
+    english, turkish = i18n.messages("en"), dict(i18n.messages("tr"))
+    turkish["train.epoch_summary"] = english["train.epoch_summary"]
+    found = T["untranslated"](english, turkish)
+    assert len(found) == 1 and "[train.epoch_summary]" in found[0], found
+    same = {"a": "rank", "b": "torch {version}: {build}"}
+    assert not T["untranslated"](same, dict(same))
+
+
+def test_an_english_print_in_a_code_cell_is_caught():
+    """(c) A print of an English sentence outside ⟪tr‖en⟫ is named with its line; the bilingual form,
+    a command line and a comment are not."""
+    code = 'x = 1\nprint("all ranks agree:", True)\n'
+    assert T["english_in_code"](code) == [(2, '"all ranks agree:"')]
+    fine = ('print(⟪"tüm rank\'ler aynı:"‖"all ranks agree:"⟫, True)\nrun("--nproc-per-node")\n'
+            '# the comment of the cell\nprint(⟪"iki satırlık\n bir metin"‖"a text on\n two lines for the check"⟫)\n')
+    assert T["english_in_code"](fine) == []
+
+
+def test_a_deleted_turkish_page_is_caught(tmp_path):
+    """(d) Deleting docs/truba.tr.md (a copy of docs/) is named, not silently one pair fewer."""
+    import shutil
+
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    assert T["missing_twins"](tmp_path) == []
+    (tmp_path / "docs" / "truba.tr.md").unlink()
+    found = T["missing_twins"](tmp_path)
+    assert len(found) == 1 and "docs/truba.tr.md" in found[0], found
+
+
+def test_a_plain_build_warns_about_stale_turkish(tmp_path):
+    """(e) `python notebooks/build.py 02` in a copy whose English md block changed warns on stderr, naming it."""
+    import shutil
+    import subprocess
+    import sys
+
+    for name in ("notebooks", "scripts", "ddp_tutorial", "docs", "slurm"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("README.md", "translations.lock.json"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    source = tmp_path / "notebooks" / "src" / "02_sampler.cells"
+    text = source.read_text(encoding="utf-8")
+    start = text.index("=== md en\n") + len("=== md en\n")
+    source.write_text(text[:start] + "An English sentence added here.\n" + text[start:], encoding="utf-8")
+    done = subprocess.run([sys.executable, "notebooks/build.py", "02"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert "warning:" in done.stderr and "02_sampler.cells" in done.stderr, done.stderr
