@@ -100,7 +100,7 @@ def test_help_in_the_users_language(lang):
     assert report["code"] == 0
     _, train, _ = run("train", "--help", lang=lang)
     words = {"en": ("usage: ", "options:", "show this help message and exit"),
-             "tr": ("kullanım: ", "seçenekler:", "bu yardım iletisini göster ve çık")}[lang]
+             "tr": ("kullanım: ", "seçenekler:", "bu yardım iletisini gösterin ve çıkın")}[lang]
     for text in (top, train):
         for word in words:
             assert word in text, (word, text)
@@ -114,8 +114,8 @@ def test_help_in_the_users_language(lang):
 
 
 BAD = {  # argv → (English words, Turkish words) of the one error line
-    "bad-int": (["train", "--epochs", "abc"], "argument --epochs: invalid int value: 'abc'",
-                "--epochs argümanı: geçersiz int değeri: 'abc'"),
+    "bad-int": (["train", "--epochs", "abc"], "argument --epochs: 'abc' is not a whole number",
+                "--epochs argümanı: 'abc' bir tam sayı değil"),
     "bad-choice": (["data", "check", "--dataset", "cifar10"], "invalid choice: 'cifar10'",
                    "geçersiz seçim: 'cifar10'"),
     "no-command": ([], "the following arguments are required", "şu argümanlar gerekli"),
@@ -144,6 +144,11 @@ def test_argparse_is_left_as_it_was(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--epochs", "abc"])
     assert argparse._ is gettext.gettext and argparse.ngettext is gettext.ngettext
+    assert "is not a whole number" in capsys.readouterr().err  # the package's int options: i18n.whole_number
+    plain = argparse.ArgumentParser(prog="other")
+    plain.add_argument("--n", type=int)
+    with pytest.raises(SystemExit):
+        plain.parse_args(["--n", "abc"])
     assert "invalid int value" in capsys.readouterr().err
 
 
