@@ -224,5 +224,5 @@ def test_seed_headline_runs_the_seeds_recipe_on_a_tiny_subset(tmp_path):
     redraw = subprocess.run([sys.executable, "-m", "benchmarks.seed_headline", "--redraw", str(out), "--figure",
                              str(again)], cwd=REPO, env={**env, "DDP_TUTORIAL_LANG": "tr"}, capture_output=True,
                             text=True, timeout=120)
-    assert redraw.returncode == 0 and "seed'in tarifi" in redraw.stdout, redraw.stdout + redraw.stderr
+    assert redraw.returncode == 0 and "kaynak öğreticinin tarifi" in redraw.stdout, redraw.stdout + redraw.stderr
     assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
