@@ -46,14 +46,15 @@ DATASETS = ("mnist", "fashion-mnist")
 
 @dataclass
 class Line:
-    """One check's answer: ok or not, and its text (key of messages ``site.*`` and its fields)."""
+    """One check's answer: ok or not, and its text (a ``site.*`` message key, written out where the line is
+    made, and its fields)."""
 
     ok: bool
     key: str
     fields: Dict[str, object] = field(default_factory=dict)
 
     def text(self, lang: Optional[str] = None) -> str:
-        return ("ok   " if self.ok else "!!   ") + t(f"site.{self.key}", lang, **self.fields)
+        return ("ok   " if self.ok else "!!   ") + t(self.key, lang, **self.fields)
 
 
 # ---- Python and torch
@@ -63,8 +64,8 @@ def check_python() -> Line:
     version = ".".join(map(str, sys.version_info[:3]))
     if sys.version_info < (3, 11):  # unreachable in practice (the package reads TOML with tomllib)
         from .gpu import SITES
-        return Line(False, "python_old", dict(version=version, module=SITES["truba"].python_module))
-    return Line(True, "python_ok", dict(version=version, path=sys.prefix))
+        return Line(False, "site.python_old", dict(version=version, module=SITES["truba"].python_module))
+    return Line(True, "site.python_ok", dict(version=version, path=sys.prefix))
 
 
 def check_torch(site: Optional[str]) -> Line:
@@ -72,23 +73,23 @@ def check_torch(site: Optional[str]) -> Line:
     try:
         version, cuda, arch = gpu.torch_facts()
     except ImportError as error:
-        return Line(False, "torch_missing", dict(why=str(error)))
+        return Line(False, "site.torch_missing", dict(why=str(error)))
     build = t("gpu.build_cuda", cuda=cuda) if cuda else t("gpu.build_cpu")
     gpus, driver, _ = gpu.node_facts()
     if gpus:
         import torch
         verdict = gpu.compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
-        return Line(verdict.ok, "torch_node", dict(torch=version, build=build, verdict=verdict.message(),
+        return Line(verdict.ok, "site.torch_node", dict(torch=version, build=build, verdict=verdict.message(),
                                                    visible=torch.cuda.device_count(), gpus=len(gpus)))
     if not site:
-        return Line(True, "torch_no_gpu", dict(torch=version, build=build))
+        return Line(True, "site.torch_no_gpu", dict(torch=version, build=build))
     if site not in gpu.SITES:
-        return Line(False, "unknown_site", dict(site=site, sites=", ".join(gpu.SITES)))
+        return Line(False, "site.unknown_site", dict(site=site, sites=", ".join(gpu.SITES)))
     s, fits = gpu.SITES[site], gpu.choose(site).variant
     mine = gpu.VARIANTS.get(gpu.variant_of(cuda) or "")
     ok = mine is not None and all(gpu.has_kernels(c, mine.arch_list) for c in s.partitions.values()) \
         and (gpu.driver_major(s.driver) or 0) >= mine.min_driver
-    return Line(ok, "torch_site" if ok else "torch_site_bad",
+    return Line(ok, "site.torch_site" if ok else "site.torch_site_bad",
                 dict(torch=version, build=build, site=site, fits=fits, partitions=", ".join(s.partitions)))
 
 
@@ -117,9 +118,9 @@ def check_accepted(settings: Dict[str, str], timeout: float) -> Line:
             proc = subprocess.run(["sbatch", "--test-only", "--time=1", "--ntasks=1", *slurm_flags(settings),
                                    str(script)], capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return Line(False, "slurm_bad", dict(_shown(settings), answer=f"no answer in {timeout:.0f} s"))
+            return Line(False, "site.slurm_bad", dict(_shown(settings), answer=f"no answer in {timeout:.0f} s"))
     answer = (proc.stderr.strip() or proc.stdout.strip() or "-").splitlines()[-1].removeprefix("sbatch: ")
-    return Line(proc.returncode == 0, "slurm_ok" if proc.returncode == 0 else "slurm_bad",
+    return Line(proc.returncode == 0, "site.slurm_ok" if proc.returncode == 0 else "site.slurm_bad",
                 dict(_shown(settings), answer=answer))
 
 
@@ -185,7 +186,7 @@ def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
     from .ipp.slurm import controller_address
     address = controller_address()
     if not address:
-        return [Line(False, "ports_no_address"), Line(False, "iface_unknown", dict(detail="-"))]
+        return [Line(False, "site.ports_no_address"), Line(False, "site.iface_unknown", dict(detail="-"))]
     listener = Listener(address)
     try:
         command = ["srun", "--nodes=1", "--ntasks=1", "--time=2", "--job-name=site-check",
@@ -202,14 +203,16 @@ def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
     facts = _facts(stdout)
     node = facts.get("NODE") or "?"
     where = dict(address=address, port=listener.port, node=node, detail=detail, seconds=f"{timeout:.0f}")
-    ports = Line(True, "ports_ok", where) if listener.reached.is_set() else \
-        Line(False, "ports_bad" if "NODE" in facts else "ports_no_job", where)
+    if listener.reached.is_set():
+        ports = Line(True, "site.ports_ok", where)
+    else:
+        ports = Line(False, "site.ports_bad" if "NODE" in facts else "site.ports_no_job", where)
     if "NODE" not in facts:
-        return [ports, Line(False, "iface_unknown", dict(detail=detail))]
+        return [ports, Line(False, "site.iface_unknown", dict(detail=detail))]
     ifname, addr = facts.get("IFNAME", ""), facts.get("ADDR", "")
     if ifname and ifname != "lo" and not addr.startswith("127."):
-        return [ports, Line(True, "iface_ok", dict(node=node, ifname=ifname, address=addr))]
-    return [ports, Line(False, "iface_bad", dict(node=node, address=addr or "?"))]
+        return [ports, Line(True, "site.iface_ok", dict(node=node, ifname=ifname, address=addr))]
+    return [ports, Line(False, "site.iface_bad", dict(node=node, address=addr or "?"))]
 
 
 # ---- Data
@@ -224,10 +227,11 @@ def check_data(root: Path) -> List[Line]:
         except TutorialError as error:  # one line: what is wrong, and the first command that fixes it
             text = str(error).splitlines()
             fix = next((x.strip() for x in text[1:] if "ddp-tutorial data" in x), "")
-            lines.append(Line(False, "data_bad", dict(dataset=dataset, why=text[0] + (f" → {fix}" if fix else ""))))
+            why = text[0] + (f" → {fix}" if fix else "")
+            lines.append(Line(False, "site.data_bad", dict(dataset=dataset, why=why)))
         else:
             sizes = dict(train=Count(n_train), test=Count(n_test))
-            lines.append(Line(True, "data_ok", dict(dataset=dataset, root=root, **sizes)))
+            lines.append(Line(True, "site.data_ok", dict(dataset=dataset, root=root, **sizes)))
     return lines
 
 
@@ -249,13 +253,13 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
     say(check_data((Path(args.root) if args.root else default_root()).expanduser().absolute()))
     if not args.no_slurm:
         if shutil.which("sbatch") is None or shutil.which("srun") is None:
-            say([Line(False, "slurm_missing")])
+            say([Line(False, "site.slurm_missing")])
         else:
             settings = slurm_settings(dict(partition=args.partition, account=args.account,
                                            reservation=args.reservation))
             accepted = check_accepted(settings, args.timeout)
             say([accepted])
-            say(check_reach(settings, args.timeout) if accepted.ok else [Line(False, "reach_skipped")])
+            say(check_reach(settings, args.timeout) if accepted.ok else [Line(False, "site.reach_skipped")])
     return lines
 
 
@@ -279,7 +283,3 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     parser.set_defaults(func=main)
     return parser
 
-
-if __name__ == "__main__":  # python -m ddp_tutorial.site_check …
-    from .cli import main as cli_main
-    sys.exit(cli_main(["site-check", *sys.argv[1:]]))

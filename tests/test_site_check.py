@@ -74,7 +74,7 @@ def test_site_check_says_what_to_do_for_a_wrong_reservation_and_missing_data(slu
 
 
 def test_a_line_is_ok_or_says_what_to_do_in_both_languages():
-    line = Line(False, "iface_bad", dict(node="n1", address="127.0.1.1"))
+    line = Line(False, "site.iface_bad", dict(node="n1", address="127.0.1.1"))
     assert line.text("en").startswith("!!   interface rule on n1") and "DDP_TUTORIAL_IFNAME" in line.text("en")
     assert "lo dışında" in line.text("tr")
 
