@@ -130,18 +130,24 @@ def test_a_live_kernel_shows_progress_while_engines_start_and_train_runs(tmp_pat
         # Training: rank 0's lines and a progress widget arrive while the cell runs.
         code = ("from ddp_tutorial.config import TrainConfig\n"
                 f"results = ipp.train(TrainConfig(dataset='mnist', root={str(mnist_root)!r}, epochs=4,"
-                " threads=1, batch_size=8), n=2, keep=True)\n"
+                " threads=1, batch_size=2), n=2, keep=True)\n"
                 "print('ACC', results[0].test_accuracy)\n")
         seen = execute(kc, code)
         end = seen[-1][0]
-        lines = [at for at, m in seen if m["msg_type"] == "stream" and "loss at rank 0 is" in m["content"]["text"]]
-        widgets = [at for at, m in seen if m["msg_type"] == "display_data"
+        lines = [i for i, (at, m) in enumerate(seen)
+                 if m["msg_type"] == "stream" and "loss at rank 0 is" in m["content"]["text"]]
+        widgets = [i for i, (at, m) in enumerate(seen) if m["msg_type"] == "display_data"
                    and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
         assert "loss at rank 1 is" not in stdout_of(seen) and "ACC" in stdout_of(seen)
         timeline = [(round(at, 2), m["msg_type"]) for at, m in seen]
-        assert len(lines) >= 2 and lines[0] < end - 1.0, timeline  # streamed, not only at the end
-        assert len(widgets) == 4, timeline  # one bar per epoch, drawn by ipywidgets (tqdm.auto)
-        assert widgets[0] < lines[0] and widgets[-1] < end - 0.5
+        assert len(lines) == 4 and len(widgets) == 4, timeline  # one bar per epoch, drawn by ipywidgets (tqdm.auto)
+        # Issue 39 item 2: the order is what is guaranteed, not seconds before the end (a faster CPU would not keep
+        # those). Streamed, not only at the end: epoch 0's loss line reaches the kernel before the last epoch's bar
+        # (an epoch is 1 024 steps of batch 2 per rank, each with a gloo all-reduce: far longer than the kernel's
+        # 0.2 s look on any CPU). Epoch k's bar comes before epoch k's loss line (a bar and a line that reach the
+        # kernel in one look are sent bar first).
+        assert lines[0] < widgets[-1], timeline
+        assert all(bar < line for bar, line in zip(widgets, lines)), timeline
         execute(kc, "ipp.stop()\n")
     finally:
         kc.stop_channels()
