@@ -178,6 +178,9 @@ fi
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)   # containers often run as root; JupyterLab refuses without it
 cd "$work"
-# Open tabs are remembered per working copy (not across languages): its own workspaces folder.
+# Each start opens 00_setup alone: the tabs of the last session are not restored, since JupyterLab starts a
+# kernel for every restored notebook (ten notebooks reopened: ten kernels, some with engines). The workspace
+# folder is the working copy's own (not shared across languages); its files are removed here.
+rm -f "$work.lab-workspaces"/*.jupyterlab-workspace
 exec "$venv/bin/jupyter" lab --ServerApp.root_dir="$work" --LabApp.workspaces_dir="$work.lab-workspaces" \
      --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" "${args[@]}"

@@ -153,6 +153,7 @@ login=${DDP_TUTORIAL_LOGIN_HOST:-${SLURM_SUBMIT_HOST:-LOGIN}}
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)
 cd "$work"
+rm -f "$work.lab-workspaces"/*.jupyterlab-workspace  # 00_setup alone: no kernel for every restored tab (lab.sh)
 "$venv/bin/jupyter" lab --no-browser --ip=0.0.0.0 --port="$port" --ServerApp.port_retries=0 \
   --IdentityProvider.token="$token" --ServerApp.base_url="$base" --ServerApp.root_dir="$work" \
   --LabApp.workspaces_dir="$work.lab-workspaces" --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" &

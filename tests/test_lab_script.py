@@ -185,6 +185,26 @@ def test_lab_without_home_asks_for_the_data_folder(tmp_path):
         done.stdout + done.stderr
 
 
+def test_reopening_the_lab_restores_no_tabs_so_no_kernels_start_for_them(tmp_path):
+    """Attendee report (issue 37 item 4): reopening the lab started a kernel for every restored tab. JupyterLab
+    has no setting for it, so each start opens 00_setup alone: the working copy's workspace files are removed."""
+    root = Path(os.environ.get("DDP_TUTORIAL_ROOT", REPO / ".data"))
+    if not any((root / f).is_dir() for f in ("MNIST", "FashionMNIST")):
+        pytest.skip(f"no data set staged in {root} (scripts/test.sh stages one)")
+    clone = checkout_with_a_stand_in_jupyter(tmp_path)
+    workspaces = clone / "workshop" / "en.lab-workspaces"
+    workspaces.mkdir(parents=True)
+    saved = workspaces / "default-37a8.jupyterlab-workspace"
+    saved.write_text('{"data": {"notebook:03_collectives.ipynb": {}}, "metadata": {"id": "default"}}')
+    environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_DATASET", "DDP_TUTORIAL_WORK")}
+    environ["DDP_TUTORIAL_ROOT"] = str(root)
+    done = subprocess.run(["bash", "scripts/lab.sh", "en", "--no-browser"], cwd=clone, env=environ,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ARG --LabApp.workspaces_dir={clone / 'workshop' / 'en'}.lab-workspaces" in done.stdout.splitlines()
+    assert not saved.exists() and workspaces.is_dir()
+
+
 def test_a_working_copy_outside_the_checkout_is_warned_about(tmp_path):
     """L07 (round 4): DDP_TUTORIAL_WORK outside the checkout was accepted silently; 04–06's
     `python -m benchmarks…` then failed there with `No module named 'benchmarks'`."""
