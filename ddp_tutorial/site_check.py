@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .i18n import Count, TutorialError, t
+from .i18n import Count, TutorialError, decimal_number, t
 
 #: sbatch's own variables for the three settings a workshop job needs (flags win).
 SLURM_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
@@ -278,7 +278,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--reservation", help=t("site.cli_reservation"))
     parser.add_argument("--root", help=t("site.cli_root"))
     parser.add_argument("--site", help=t("site.cli_site"))
-    parser.add_argument("--timeout", type=float, default=120.0, help=t("site.cli_timeout"))
+    parser.add_argument("--timeout", type=decimal_number, default=120.0, help=t("site.cli_timeout"))
     parser.add_argument("--no-slurm", action="store_true", help=t("site.cli_no_slurm"))
     parser.set_defaults(func=main)
     return parser

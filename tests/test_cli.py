@@ -122,6 +122,12 @@ BAD = {  # argv → (English words, Turkish words) of the one error line
     "unknown-option": (["train", "--epoch-count", "3"], "unrecognized arguments: --epoch-count 3",
                        "tanınmayan argümanlar: --epoch-count 3"),
     "missing-value": (["train", "--epochs"], "expected one argument", "bir değer bekleniyordu"),
+    # the turkish-and-truth report: argparse named the subcommand by its variable (slurm_command) and gave
+    # "invalid float value" for the slurm commands' number options
+    "no-slurm-command": (["slurm"], "required: {render,submit,status,wait,cancel,logs,result}",
+                         "gerekli: {render,submit,status,wait,cancel,logs,result}"),
+    "bad-float": (["slurm", "wait", "1", "--poll", "abc"], "argument --poll: 'abc' is not a number",
+                  "--poll argümanı: 'abc' bir sayı değil"),
 }
 
 

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 
 from .. import atomic
 from ..config import add_job_arguments, job_options_of
-from ..i18n import TutorialError, t
+from ..i18n import TutorialError, decimal_number, t, whole_number
 from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result, submit,
                    test_only, wait)
 from .render import render
@@ -237,7 +237,8 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
 def add_cli(subparsers) -> argparse.ArgumentParser:
     """Add ``slurm render|submit|status|wait|cancel|logs|result`` to the ``ddp-tutorial`` command."""
     slurm = subparsers.add_parser("slurm", help=t("slurm.cli.slurm"))
-    sub = slurm.add_subparsers(dest="slurm_command", required=True)
+    sub = slurm.add_subparsers(dest="slurm_command", required=True,
+                             metavar="{render,submit,status,wait,cancel,logs,result}")
 
     p = sub.add_parser("render", help=t("slurm.cli.render"))
     add_render_arguments(p)
@@ -251,8 +252,8 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--parsable", action="store_true", help=t("slurm.cli.parsable"))
     p.add_argument("--test-only", action="store_true", help=t("slurm.cli.test_only"))
     p.add_argument("--wait", action="store_true", help=t("slurm.cli.then_wait"))
-    p.add_argument("--timeout", type=float, default=None)
-    p.add_argument("--poll", type=float, default=2.0)
+    p.add_argument("--timeout", type=decimal_number, default=None)
+    p.add_argument("--poll", type=decimal_number, default=2.0)
     p.set_defaults(func=_cmd_submit)
 
     p = sub.add_parser("status", help=t("slurm.cli.status"))
@@ -262,8 +263,8 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
 
     p = sub.add_parser("wait", help=t("slurm.cli.wait"))
     p.add_argument("job_id")
-    p.add_argument("--timeout", type=float, default=None, help=t("slurm.cli.timeout"))
-    p.add_argument("--poll", type=float, default=2.0, help=t("slurm.cli.poll"))
+    p.add_argument("--timeout", type=decimal_number, default=None, help=t("slurm.cli.timeout"))
+    p.add_argument("--poll", type=decimal_number, default=2.0, help=t("slurm.cli.poll"))
     p.set_defaults(func=_cmd_wait)
 
     p = sub.add_parser("cancel", help=t("slurm.cli.cancel"))
@@ -275,7 +276,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help=t("slurm.cli.logs"))
     p.add_argument("job_id")
     p.add_argument("--run-dir", default=None, help=t("slurm.cli.logs_run_dir"))
-    p.add_argument("--tail", type=int, default=None, help=t("slurm.cli.tail"))
+    p.add_argument("--tail", type=whole_number, default=None, help=t("slurm.cli.tail"))
     p.set_defaults(func=_cmd_logs)
 
     p = sub.add_parser("result", help=t("slurm.cli.result"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig, add_train_arguments, config_from_args
-from ..i18n import TutorialError, t
+from ..i18n import TutorialError, t, whole_number
 from ..validate import option_name
 from .rules import (MODULE, NAME, PATH, SIGNAL, Arguments, Each, EnvPairs, Flag, IntIn, OneOf,  # noqa: F401
                     Pattern, Text, Time, bad_value, job_id_of, plain_text, split_arguments, time_limit_seconds)
@@ -132,7 +132,7 @@ TrainingOptions = make_dataclass(
                         for f in fields(TrainConfig) if f.name in JOB_OPTIONS])
 
 _NAME, _PATH = Pattern(NAME, "slurm.allowed.name"), Pattern(PATH, "slurm.allowed.path")
-_INT = dict(type=int)
+_INT = dict(type=whole_number)
 
 
 @dataclass
@@ -188,7 +188,8 @@ class JobSpec(TrainingOptions):
                                                          help="slurm.cli.script_args", cli=dict(metavar='"ARGS"'))
     # Preemption / time limit: #SBATCH --signal=B:USR1@S, a warning S seconds before the limit
     signal_seconds: Optional[int] = job_field(None, rule=IntIn(1, 65535), flag="--preempt-signal",
-                                              help="slurm.cli.preempt_signal", cli=dict(type=int, metavar="SECONDS"))
+                                              help="slurm.cli.preempt_signal",
+                                              cli=dict(type=whole_number, metavar="SECONDS"))
     # #SBATCH --requeue; the script requeues itself after exit 75
     requeue: bool = job_field(False, rule=Flag(), flag="--requeue", help="slurm.cli.requeue",
                               cli=dict(action="store_true"))
