@@ -26,6 +26,7 @@ collective, so it is written here, in the loop; so is the warm-up of the learnin
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 from typing import Optional
@@ -226,4 +227,11 @@ def argparse_parser():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # One rank under torchrun or srun: its results and checkpoints are on disk (atomic writes), its group
+    # destroyed. Leave without the interpreter's teardown, where a C++ thread of torch's can still abort
+    # ("terminate called without an active exception") and turn a finished rank into SIGABRT and a FAILED
+    # job (seen on the SLURM lab: 1 of 4 jobs at once). spawn.py's ranks leave the same way.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -8,6 +8,8 @@ output, the others must only run without error. Each item gets the ``notebooks``
 ``-m "not notebooks"`` leaves them out.
 """
 
+import os
+
 import pytest
 
 
@@ -28,24 +30,39 @@ def pytest_collection_modifyitems(items):
 ONE_GPU_STARTUP = '''\
 import ddp_tutorial.ipp.local as _local
 _local.gpu_count = lambda: 1  # notebooks/conftest.py: this kernel plays a one-GPU session
+_session_choice = _local.engine_kind
+def _one_gpu_session(n, device, gpus):
+    n, kind = _session_choice(n, device, 1)  # what a one-GPU session chooses (CPU engines when n > 1)
+    return (n, kind) if kind == "cpu" else _session_choice(n, device, 0)  # its one GPU engine: a CPU one here
+_local.engine_kind = _one_gpu_session
 del _local
 '''
+_ORIGINAL = {name: os.environ.get(name) for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS")}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    import os
+    """Before nbval starts an English notebook's kernel (at its first cell's set-up): the one-GPU startup
+    folder; before anything else (a Turkish notebook, a test that starts its own lab or kernel): the
+    environment as it was, so the one-GPU kernel stays the English notebooks' own."""
     from pathlib import Path
     path = Path(str(item.fspath))
-    if path.suffix != ".ipynb":
-        return
-    if path.parent.name == "en":
-        folder = Path(item.config.cache.mkdir("one-gpu-ipython"))
+    if path.suffix == ".ipynb" and path.parent.name == "en":
+        folder = Path(item.config.cache.mkdir("one-gpu-ipython")).resolve()
         startup = folder / "profile_default" / "startup"
         startup.mkdir(parents=True, exist_ok=True)
         (startup / "00-one-gpu.py").write_text(ONE_GPU_STARTUP, encoding="utf-8")
         os.environ["IPYTHONDIR"] = str(folder)
         os.environ["DDP_TUTORIAL_KERNEL_GPUS"] = "1"  # said in the kernel's environment, for a reader of its logs
-    else:
-        os.environ.pop("IPYTHONDIR", None)
-        os.environ.pop("DDP_TUTORIAL_KERNEL_GPUS", None)
+        return
+    restore_kernel_environment(_ORIGINAL)
+
+
+def restore_kernel_environment(original: dict) -> None:
+    """The variables the English notebooks' kernels were given, as they were (tests/conftest.py does the same
+    before every test: a worker that ran an English notebook before a test must not pass them on)."""
+    for name, value in original.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -80,3 +80,19 @@ def pytest_collection_modifyitems(items):
         base = item.nodeid.split("[")[0].removeprefix("tests/")
         if base in slow or any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+
+
+# ===== The English notebooks' one-GPU kernels stay theirs (notebooks/conftest.py) ===========================
+# On a pytest-xdist worker an English notebook may run before a test here: the variables that made its kernel
+# count one GPU (IPYTHONDIR, DDP_TUTORIAL_KERNEL_GPUS) are put back before every test, so a lab or kernel a
+# test starts sees this machine as it is.
+_KERNEL_ENVIRONMENT = {name: os.environ.get(name) for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS")}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    for name, value in _KERNEL_ENVIRONMENT.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

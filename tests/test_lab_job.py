@@ -298,6 +298,12 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert not left, f"processes left 10 s after scancel: {left}"
         assert not queued, f"jobs still in the queue 10 s after scancel: {queued}"
         assert "cancelling the engine jobs" in log.read_text(errors="replace")
+        # ipyparallel's file of the kernel's SLURM cluster goes too (the watchdog removes it): left behind, it made
+        # every later JupyterLab (its ipyparallel extension) create a `log` folder in the attendee's working copy.
+        security = Path(os.path.expanduser("~/.ipython/profile_default/security"))
+        stale = [f.name for f in security.glob("cluster-*.json")
+                 if any(f'"job_id": "{j}"' in f.read_text(errors="replace") for j in engines)]
+        assert not stale, f"cluster files of the cancelled engine jobs {engines} left: {stale}"
     finally:
         if tunnel:
             tunnel.close()

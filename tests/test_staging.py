@@ -93,7 +93,7 @@ def test_header_only_files_are_refused(tmp_path, monkeypatch):
     en, tr = errors_of(monkeypatch, staging.check, "mnist", root)
     assert en.key == "data.empty"
     assert str(staging.raw_folder("mnist", root) / "t10k-images-idx3-ubyte") in str(en)
-    assert "empty split" in str(en) and "boş bir küme" in str(tr)
+    assert "empty split" in str(en) and "boş bir veri kümesi" in str(tr)
 
     src = write_mnist_like(tmp_path / "src", n_train=0, n_test=60, gz=True)
     error, _ = errors_of(monkeypatch, staging.prepare, "mnist", tmp_path / "t", from_dir=src)
@@ -101,7 +101,7 @@ def test_header_only_files_are_refused(tmp_path, monkeypatch):
     assert staged_files(tmp_path / "t") == []  # nothing staged
 
     done = run_cli("data", "check", "--dataset", "mnist", "--root", str(root), lang="tr")
-    assert done.returncode == 2 and "boş bir küme" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "boş bir veri kümesi" in done.stderr and "Traceback" not in done.stderr
 
 
 @needs_fashion

@@ -276,7 +276,8 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
             batch.check_accepted(script, spec)  # sbatch refused the script: ask it why; say what to change
             raise
         job_id = batch.job_id_of(cluster.engines[set_id].job_id)
-        guard = Guard([p.pid for p in es.with_helpers([cluster.controller.pid])], job_id=job_id)
+        guard = Guard([p.pid for p in es.with_helpers([cluster.controller.pid])], job_id=job_id,
+                      files=[cluster.cluster_file])
         print(t("ipp.slurm_submitted", job_id=job_id, n=n, nodes=spec.nodes, address=address or "*",
                 script=script), flush=True)
         client = cluster.connect_client_sync()

@@ -47,14 +47,14 @@ def record_job(job_id) -> None:
 class Guard:
     """The kernel's side: start the watchdog, tell it what to end, release it."""
 
-    def __init__(self, pids, job_id=None):
+    def __init__(self, pids, job_id=None, files=()):
         import psutil
         self.process = subprocess.Popen(
             [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
              repr(psutil.Process().create_time())],  # the kernel may be gone before the watchdog runs
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
-        self.job_id = job_id
+        self.job_id, self.files = job_id, [str(f) for f in files]
         record_job(job_id)
         self.update(pids)
 
@@ -68,7 +68,7 @@ class Guard:
                 targets.append([pid, psutil.Process(pid).create_time()])
             except psutil.NoSuchProcess:
                 pass
-        self._send({"targets": targets, "job_id": self.job_id})
+        self._send({"targets": targets, "job_id": self.job_id, "files": self.files})
 
     def _send(self, message: dict) -> None:
         try:
@@ -99,8 +99,16 @@ def _same_process(pid: int, started: float) -> bool:
         return False
 
 
-def _end(targets, job_id) -> None:
+def _end(targets, job_id, files=()) -> None:
+    """scancel the job, kill what is guarded, remove ``files``: ipyparallel's cluster file of a SLURM cluster
+    whose kernel died would stay in the profile, and JupyterLab's ipyparallel extension, reading it at every
+    start, makes a ``log`` folder in the attendee's working copy."""
     import psutil
+    for path in files:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     if job_id:
         try:
             subprocess.run(["scancel", str(job_id)], timeout=30, check=False,
@@ -142,7 +150,7 @@ def _ending(signum, frame):
 
 
 def watch(kernel_pid: int, kernel_started: float) -> None:
-    state = {"targets": [], "job_id": None}
+    state = {"targets": [], "job_id": None, "files": []}
     signal.signal(signal.SIGTERM, _ending)
     signal.signal(signal.SIGHUP, _ending)
     try:
@@ -151,7 +159,7 @@ def watch(kernel_pid: int, kernel_started: float) -> None:
     except _Ending:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one ending at a time: SLURM may signal twice
-    _end(state["targets"], state["job_id"])
+    _end(state["targets"], state["job_id"], state["files"])
 
 
 def _follow(kernel_pid: int, kernel_started: float, state: dict) -> bool:
@@ -172,6 +180,7 @@ def _follow(kernel_pid: int, kernel_started: float, state: dict) -> bool:
                     return False
                 state["targets"] = message.get("targets", state["targets"])
                 state["job_id"] = message.get("job_id", state["job_id"])
+                state["files"] = message.get("files", state["files"])
         elif not _same_process(kernel_pid, kernel_started):
             return True
         elif state["targets"] and not any(_same_process(pid, started) for pid, started in state["targets"]):
