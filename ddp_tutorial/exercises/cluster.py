@@ -36,10 +36,12 @@ export MASTER_ADDR=$(srun --ntasks=1 hostname 2>&1 | tail -n1)
 srun -N 2 -n 2 python 01_distributed.p
 """
 
+PLACEHOLDER = re.compile(r"<([A-Za-z_][\w-]*)>")  # what the seed's script leaves to fill in: <account>
 _OPTION = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:[= ]\s*(\S+))?")
 
 
-def _sbatch_options(text):
+def sbatch_options(text):
+    """``{option: value}`` of a script's ``#SBATCH --option[=value]`` lines (fixed_sbatch and ddp_job read them)."""
     options = {}
     for line in text.splitlines():
         match = _OPTION.match(line.strip())
@@ -71,12 +73,12 @@ def _grade_sbatch(text):
     if not re.search(r"^\s*export\s+MASTER_ADDR=", text, re.M):
         fail("ex.fixed_sbatch.no_addr")
     for number_, line in enumerate(text.splitlines(), start=1):
-        placeholder = re.search(r"<([A-Za-z_][\w-]*)>", line)
+        placeholder = PLACEHOLDER.search(line)
         directive = line.strip().startswith("#SBATCH")
         if placeholder and (directive or not line.strip().startswith("#")):
             fail("ex.fixed_sbatch.placeholder_directive" if directive else "ex.fixed_sbatch.placeholder",
                  line=number_, code=line.strip()[:60], name=placeholder.group(0))
-    options = _sbatch_options(text)
+    options = sbatch_options(text)
     try:
         nodes = int(options.get("nodes", "1"))
         gpus = int(re.search(r"(\d+)$", options.get("gres", "gpu:0")).group(1))

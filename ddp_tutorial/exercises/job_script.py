@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ..i18n import t
+from .cluster import PLACEHOLDER, sbatch_options
 from .core import Exercise, NotDone, WrongAnswer, fail
 
 PROFILE = "akya-cuda"
@@ -34,8 +35,6 @@ source <venv>/bin/activate
 srun python train.py
 """
 
-_OPTION = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:[= ]\s*(\S+))?")
-_PLACEHOLDER = re.compile(r"<([A-Za-z_][\w-]*)>")
 _NO_SLURM = ("Could not establish a configuration source", "Unable to contact slurm controller",
              "Connection refused", "Unable to establish", "slurm.conf", "Zero Bytes were transmitted")
 
@@ -43,15 +42,6 @@ _NO_SLURM = ("Could not establish a configuration source", "Unable to contact sl
 def _profile():
     from ..slurm.spec import PROFILES
     return PROFILES[PROFILE]
-
-
-def _options(text):
-    options = {}
-    for line in text.splitlines():
-        match = _OPTION.match(line.strip())
-        if match:
-            options[match.group(1)] = (match.group(2) or "").split("#")[0]
-    return options
 
 
 def _code_lines(text):
@@ -89,7 +79,7 @@ def _gpus(options):
 
 def _check_text(text):
     for number, line in _code_lines(text):
-        found = _PLACEHOLDER.search(line.split(" #")[0])
+        found = PLACEHOLDER.search(line.split(" #")[0])
         if found:
             fail("ex.ddp_job.placeholder", line=number, code=line.strip()[:70], name=found.group(0))
     for number, line in enumerate(text.splitlines(), start=1):
@@ -109,7 +99,7 @@ def _launch(text):
 
 
 def _check_allocation(text, torchrun):
-    profile, options = _profile(), _options(text)
+    profile, options = _profile(), sbatch_options(text)
     partition = options.get("partition")
     if not partition:
         fail("ex.ddp_job.no_partition", want=profile.partition)
@@ -209,25 +199,24 @@ def _bash_n(text):
 
 
 def test_only(text: str) -> str:
-    """``sbatch --test-only`` on ``text`` where a SLURM answers: its answer line, or "" when none is here.
-    A refusal fails the check with sbatch's own words."""
+    """``sbatch --test-only`` on ``text`` where a SLURM answers (:func:`ddp_tutorial.slurm.jobs.test_only`): its
+    answer line, or "" when none is here. A refusal fails the check with sbatch's own words."""
+    from ..i18n import TutorialError
+    from ..slurm.jobs import test_only as sbatch_test_only
     if shutil.which("sbatch") is None:
         return ""
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as handle:
         handle.write(text)
     try:
-        done = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return ""
+        said = sbatch_test_only(handle.name)
+    except TutorialError as error:
+        said = str(error.fields.get("detail", ""))
+        if error.key != "slurm.command_failed" or any(words in said for words in _NO_SLURM):
+            return ""  # no answer in time, or no SLURM controller to ask
+        fail("ex.ddp_job.sbatch_refused", error=said)
     finally:
         os.unlink(handle.name)
-    said = (done.stdout + done.stderr).strip()
-    if done.returncode == 0:
-        return said.splitlines()[-1] if said else "ok"
-    if any(words in said for words in _NO_SLURM):
-        return ""
-    fail("ex.ddp_job.sbatch_refused", error=" ".join(said.splitlines()[-2:]))
-    return ""  # not reached
+    return said.splitlines()[-1] if said else "ok"
 
 
 def _grade(text):
