@@ -109,19 +109,18 @@ def _shown(settings: Dict[str, str]) -> Dict[str, str]:
     return {name: value or "-" for name, value in settings.items()}
 
 
-def check_accepted(settings: Dict[str, str], timeout: float) -> Line:
-    """``sbatch --test-only`` of a one-minute, one-task job with these settings: nothing is queued."""
+def check_slurm(settings: Dict[str, str], timeout: float) -> Line:
+    """``sbatch --test-only`` (:func:`ddp_tutorial.slurm.jobs.test_only`) of a one-minute, one-task job with
+    these settings: nothing is queued."""
+    from .slurm.jobs import test_only
     with tempfile.TemporaryDirectory(prefix="site-check-") as folder:
         script = Path(folder) / "probe.sh"
         script.write_text("#!/bin/sh\ntrue\n")
         try:
-            proc = subprocess.run(["sbatch", "--test-only", "--time=1", "--ntasks=1", *slurm_flags(settings),
-                                   str(script)], capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Line(False, "site.slurm_bad", dict(_shown(settings), answer=f"no answer in {timeout:.0f} s"))
-    answer = (proc.stderr.strip() or proc.stdout.strip() or "-").splitlines()[-1].removeprefix("sbatch: ")
-    return Line(proc.returncode == 0, "site.slurm_ok" if proc.returncode == 0 else "site.slurm_bad",
-                dict(_shown(settings), answer=answer))
+            answer, ok = test_only(script, ["--time=1", "--ntasks=1", *slurm_flags(settings)], timeout=timeout), True
+        except TutorialError as error:  # refused (sbatch's last line), or no answer in time
+            answer, ok = str(error.fields.get("detail", error)).removeprefix("sbatch: "), False
+    return Line(ok, "site.slurm_ok" if ok else "site.slurm_bad", dict(_shown(settings), answer=answer))
 
 
 def node_script(address: str, port: int, token: str) -> str:
@@ -257,7 +256,7 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
         else:
             settings = slurm_settings(dict(partition=args.partition, account=args.account,
                                            reservation=args.reservation))
-            accepted = check_accepted(settings, args.timeout)
+            accepted = check_slurm(settings, args.timeout)
             say([accepted])
             say(check_reach(settings, args.timeout) if accepted.ok else [Line(False, "site.reach_skipped")])
     return lines

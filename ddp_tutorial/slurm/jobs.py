@@ -72,13 +72,13 @@ def submit(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
 
 
 def test_only(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
-              env: Optional[Mapping[str, str]] = None) -> str:
+              env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> str:
     """``sbatch --test-only``: would SLURM accept the script, and when would it start? Nothing is queued.
     Returns SLURM's answer, e.g. ``Job 7 to start at … using 12 processors on nodes n[1-2] …``."""
     script = Path(script)
     if not script.is_file():
         raise TutorialError("slurm.no_script", path=str(script))
-    proc = run_command(["sbatch", "--test-only", *sbatch_args, str(script)], env=env)
+    proc = run_command(["sbatch", "--test-only", *sbatch_args, str(script)], env=env, timeout=timeout)
     return (proc.stderr.strip() or proc.stdout.strip()).removeprefix("sbatch: ")
 
 
