@@ -9,6 +9,8 @@ output, the others must only run without error. Each item gets the ``notebooks``
 """
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -48,7 +50,7 @@ def pytest_runtest_setup(item):
     from pathlib import Path
     path = Path(str(item.fspath))
     if path.suffix == ".ipynb" and path.parent.name == "en":
-        folder = Path(item.config.cache.mkdir("one-gpu-ipython")).resolve()
+        folder = _one_gpu_folder(item.config)
         startup = folder / "profile_default" / "startup"
         startup.mkdir(parents=True, exist_ok=True)
         (startup / "00-one-gpu.py").write_text(ONE_GPU_STARTUP, encoding="utf-8")
@@ -56,6 +58,24 @@ def pytest_runtest_setup(item):
         os.environ["DDP_TUTORIAL_KERNEL_GPUS"] = "1"  # said in the kernel's environment, for a reader of its logs
         return
     restore_kernel_environment(_ORIGINAL)
+
+
+def _one_gpu_folder(config) -> "os.PathLike":
+    """The one-GPU kernels' IPYTHONDIR: in pytest's cache, or, where the cache is switched off
+    (``-p no:cacheprovider``, a read-only working copy), a temporary folder removed at the end."""
+    from pathlib import Path
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("one-gpu-ipython")).resolve()
+    if not hasattr(config, "_ddp_one_gpu_folder"):
+        config._ddp_one_gpu_folder = Path(tempfile.mkdtemp(prefix="ddp-tutorial-one-gpu-")).resolve()
+    return config._ddp_one_gpu_folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_ddp_one_gpu_folder", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def restore_kernel_environment(original: dict) -> None:

@@ -101,3 +101,33 @@ def test_an_exercise_check_on_a_one_gpu_kernel_runs_on_cpu_engines(one_gpu_kerne
         assert "starting 2 CPU engines instead" in capsys.readouterr().out
     finally:
         ipp.stop(force=True)
+
+
+@pytest.mark.slow  # a kernel started by nbval in a pytest of its own: ≈ 10 s
+def test_the_one_gpu_kernel_needs_no_pytest_cache(tmp_path):
+    """``-p no:cacheprovider`` (a read-only working copy, a CI that switches the cache off) once turned every
+    English notebook cell into an error deep inside pytest (notebooks/conftest.py kept its startup folder in
+    pytest's cache); the folder is now a temporary one there, and is gone after the run."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import nbformat
+    root = Path(__file__).resolve().parent.parent
+    shutil.copy(root / "notebooks" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "en").mkdir()
+    probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, ddp_tutorial.ipp.local as local\n"
+        "assert local.gpu_count() == 1 and os.environ['DDP_TUTORIAL_KERNEL_GPUS'] == '1'\n"
+        "print(os.environ['IPYTHONDIR'])")])
+    nbformat.write(probe, tmp_path / "en" / "probe.ipynb")
+    before = set(Path(tempfile.gettempdir()).glob("ddp-tutorial-one-gpu-*"))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", "en/probe.ipynb"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
+    assert set(Path(tempfile.gettempdir()).glob("ddp-tutorial-one-gpu-*")) == before   # nothing left behind
+
