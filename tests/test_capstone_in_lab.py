@@ -36,7 +36,10 @@ WORDS = {"tr": ("birebir aynı ağırlıklar", "evet", "hayır", "doğru"),
          "en": ("bit-identical weights", "yes", "no", "correct")}
 
 
-@pytest.mark.parametrize("lang", ["tr", "en"])
+# Turkish only: the attendee who saw "hayır" ran the Turkish copy, and the English copy runs the same cells (the
+# code of both is one, tests/test_notebooks_parity.py) with its words only told apart; the committed English 08
+# runs under nbval. Both languages here cost 30 s more of a suite kept under 20 minutes.
+@pytest.mark.parametrize("lang", ["tr"])
 def test_08s_proof_says_yes_in_the_workshop_copy_with_the_solution_written_in(lang, tmp_path, monkeypatch):
     from nbclient import NotebookClient
     same, yes, no, right = WORDS[lang]

@@ -346,6 +346,42 @@ def test_run_script_with_all_ranks_output_and_arguments(engines, capsys):
     assert "exited with code 3" in str(caught.value)
 
 
+def test_rank_0s_port_is_held_from_its_choice_until_its_group_takes_it(engines):
+    """ipp.run once chose a free port and let rank 0 bind it later: any process of the node could take it in
+    between (a full run of the suite once failed so: "Rank 0 cannot listen on 127.0.0.1:60477: the port is
+    already in use"). The port is now held by rank 0's engine from its choice on, so nobody, rank 0's own
+    code included, can bind it before ``init_process_group`` takes it over — in the notebooks' mode and in
+    torchrun's."""
+    from ddp_tutorial import ipp
+
+    def try_to_take_the_port():
+        import os
+        import socket
+
+        import torch
+        import torch.distributed as dist
+        with socket.socket() as other:
+            try:
+                other.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+                taken_by_another = True
+            except OSError:
+                taken_by_another = False
+        dist.init_process_group("gloo")
+        one = torch.ones(1)
+        dist.all_reduce(one)
+        dist.destroy_process_group()
+        return taken_by_another, one.item()
+
+    assert ipp.run(try_to_take_the_port, n=2, group=False, keep=True)[0] == (False, 2.0)
+
+    def the_groups_port(env):
+        import os
+        return env.master_port, os.environ.get("MASTER_PORT")
+
+    ports = ipp.run(the_groups_port, n=2, keep=True)   # the notebooks' mode: the group on the held port
+    assert len(set(ports)) == 1, ports
+
+
 def test_group_true_with_a_function_that_makes_its_own_group_says_why(engines):
     """The notebooks' mode with a function that makes its own group: torch's "twice" and who made the
     first one; a function that takes no env is refused before anything runs. Last of the engine tests: a

@@ -150,7 +150,8 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
     """Run ``function`` on ``n`` engines as one distributed run and return its results in rank order.
 
     Every engine gets what torchrun gives each process: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port, chosen for this call); with
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port, chosen and held open by rank 0's
+    engine for this call); with
     ``slurm_names=True`` also srun's ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` … (default: when
     the function's source reads them, :mod:`ddp_tutorial.script_check`).
     ``argv``: the function's ``sys.argv`` (e.g. ``["train.py", "--epochs=1"]``; default: the engine's).

@@ -119,6 +119,9 @@ def shutdown(cluster, client, processes: List[Any], force: bool = False) -> List
 # The interface
 
 
+PORT_ANSWER_SECONDS = 30.0   # rank 0's engine answers "which port" in milliseconds when it is well
+
+
 @dataclass
 class EngineSet:
     """A running cluster: the controller, the engines (in rank order) and a client."""
@@ -168,8 +171,14 @@ class EngineSet:
         return None
 
     def master_port(self) -> int:
-        """A free port where rank 0 listens."""
-        return find_free_port(self.master_addr)
+        """Rank 0's port, chosen and held open by rank 0's engine until its process group takes it
+        (:func:`remote.hold_master_port`: no other process can take it in between)."""
+        from . import remote
+        reply = self.client[self.ids[0]].apply_async(remote.hold_master_port, self.master_addr)
+        try:
+            return int(reply.get(timeout=PORT_ANSWER_SECONDS))
+        except Exception:  # noqa: BLE001 - engine 0 stopped, lost or busy: the run names it; a port from here
+            return find_free_port(self.master_addr)
 
     def stop(self, force: bool = False) -> List[int]:
         """Stop every engine and the controller; returns the pids that would not go."""

@@ -374,7 +374,29 @@ def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: 
     return None
 
 
+_HELD_STORE: list = []   # rank 0's store server, held from the port's choice to the next call (or the engine's end)
+
+
+def hold_master_port(addr: str) -> int:
+    """Rank 0's port, held open on rank 0's engine: the store server that ``init_process_group`` of this
+    engine will reuse (torch's stores are multi-tenant in a process: same port, same server).
+
+    Choosing a free port and letting rank 0 bind it later is a race: any process on the node can take the
+    port in between (a client's source port, another job's choice), and the call then fails with "port
+    in use" (seen once in a full run of the suite). Held from the moment it is chosen, the port cannot be
+    lost; torchrun does the same (its agent hosts the store at MASTER_PORT). The previous call's server is
+    let go here."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    _HELD_STORE.clear()
+    store = dist.TCPStore(addr, 0, is_master=True, wait_for_workers=False, multi_tenant=True,
+                          timeout=timedelta(seconds=60))
+    _HELD_STORE.append(store)
+    return store.port
+
+
 def free_port() -> int:
-    """A free port on this engine's node (rank 0's, for SLURM engines)."""
+    """A free port on this engine's node (rank 0's, for SLURM engines), not held."""
     from ..whoami import find_free_port
     return find_free_port("")

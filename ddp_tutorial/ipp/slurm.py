@@ -185,6 +185,8 @@ class SlurmEngines(es.EngineSet):
         return t("ipp.slurm_job_ended", job_id=self.job_id, state=info.state, log=log, tail=tail)
 
     def master_port(self) -> int:
+        """A free port on rank 0's node, chosen there (not yet held open as local engines do: on the SLURM lab
+        a store server made on the engine did not answer within 30 s; see the CHANGELOG)."""
         return self.client[self.ids[0]].apply_sync(remote.free_port)
 
     def stop(self, force: bool = False) -> List[int]:
