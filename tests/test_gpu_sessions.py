@@ -130,4 +130,3 @@ def test_the_one_gpu_kernel_needs_no_pytest_cache(tmp_path):
                          timeout=180)
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
     assert set(Path(tempfile.gettempdir()).glob("ddp-tutorial-one-gpu-*")) == before   # nothing left behind
-

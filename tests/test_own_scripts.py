@@ -375,11 +375,12 @@ def test_rank_0s_port_is_held_from_its_choice_until_its_group_takes_it(engines):
     assert ipp.run(try_to_take_the_port, n=2, group=False, keep=True)[0] == (False, 2.0)
 
     def the_groups_port(env):
-        import os
-        return env.master_port, os.environ.get("MASTER_PORT")
+        from ddp_tutorial.ipp import remote
+        return env.master_port, [store.port for store in remote._HELD_STORE]
 
-    ports = ipp.run(the_groups_port, n=2, keep=True)   # the notebooks' mode: the group on the held port
-    assert len(set(ports)) == 1, ports
+    # The notebooks' mode: the group is made on the port rank 0's engine holds (held there, on no other engine).
+    (port, held), (_, none_held) = ipp.run(the_groups_port, n=2, keep=True)
+    assert held == [port] and none_held == [], (port, held, none_held)
 
 
 def test_group_true_with_a_function_that_makes_its_own_group_says_why(engines):
