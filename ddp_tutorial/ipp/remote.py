@@ -375,6 +375,7 @@ def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: 
 
 
 _HELD_STORE: list = []   # rank 0's store server, held from the port's choice to the next call (or the engine's end)
+HOLD_TRIES = 4
 
 
 def hold_master_port(addr: str) -> int:
@@ -384,16 +385,46 @@ def hold_master_port(addr: str) -> int:
     Choosing a free port and letting rank 0 bind it later is a race: any process on the node can take the
     port in between (a client's source port, another job's choice), and the call then fails with "port
     in use" (seen once in a full run of the suite). Held from the moment it is chosen, the port cannot be
-    lost; torchrun does the same (its agent hosts the store at MASTER_PORT). The previous call's server is
-    let go here."""
+    lost; torchrun does the same (its agent hosts the store at MASTER_PORT).
+
+    torch's table of multi-tenant servers keeps an entry for a port after its server is gone, and a new
+    server on that port is not entered (``emplace`` keeps the old key). When the kernel hands this engine a
+    port that an earlier call used, ``init_process_group`` finds the dead entry, tries to listen itself
+    and fails with "port in use" against our own server (a CI run: every capstone test). So the held
+    port is tried here as ``init_process_group`` will try it; a failed try removes the dead entry, and the
+    server is made again on that port, now entered. The previous call's server is let go only after the new
+    one is up, so the kernel cannot hand its port straight back."""
+    previous, port = list(_HELD_STORE), 0
+    for _ in range(HOLD_TRIES):
+        try:
+            store = _store(addr, port, client_timeout=60.0)
+        except Exception:  # noqa: BLE001 - the port let go below was taken in between: any free one
+            port = 0
+            continue
+        if _reused(addr, store.port):
+            _HELD_STORE[:] = [store]
+            del previous
+            return store.port
+        port, store = store.port, None   # its dead entry is gone now: listen on that port again, entered
+    raise RuntimeError(f"no port could be held for rank 0 at {addr} ({HOLD_TRIES} tries)")
+
+
+def _store(addr: str, port: int, client_timeout: float):
     from datetime import timedelta
 
     import torch.distributed as dist
-    _HELD_STORE.clear()
-    store = dist.TCPStore(addr, 0, is_master=True, wait_for_workers=False, multi_tenant=True,
-                          timeout=timedelta(seconds=60))
-    _HELD_STORE.append(store)
-    return store.port
+    return dist.TCPStore(addr, port, is_master=True, wait_for_workers=False, multi_tenant=True,
+                         timeout=timedelta(seconds=client_timeout))
+
+
+def _reused(addr: str, port: int) -> bool:
+    """Does a multi-tenant server on ``port`` come back from torch's table as ``init_process_group`` asks
+    for it (the held one), rather than a new listen on a port we already hold?"""
+    try:
+        _store(addr, port, client_timeout=10.0)
+    except Exception:  # noqa: BLE001 - DistNetworkError "address already in use": a dead entry, now removed
+        return False
+    return True
 
 
 def free_port() -> int:
