@@ -63,6 +63,17 @@ def _child_entry(local_rank: int, function: Callable, args: tuple) -> None:
 
 
 ABORT_CODES = (-signal.SIGABRT, 128 + signal.SIGABRT)  # SIGABRT: -6 from Python, 134 from a shell
+FROZEN = -signal.SIGSTOP  # a rank found stopped (SIGSTOP, Ctrl-Z) while the others lost contact: the cause
+
+
+def is_stopped(pid: Optional[int]) -> bool:
+    """Is this process stopped (state T: SIGSTOP, Ctrl-Z, a debugger)? It cannot answer its peers, nor
+    handle SIGTERM, until it is continued. Linux's /proc; elsewhere never."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def is_consequence(code: Optional[int]) -> bool:
@@ -117,6 +128,8 @@ def _where_watchdog() -> str:
 def _describe(code: int, short: bool = False) -> str:
     if code in ABORT_CODES:
         return t("spawn.aborted_short" if short else "spawn.aborted", where=_where_watchdog())
+    if code == FROZEN:
+        return t("spawn.frozen")
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -259,7 +272,11 @@ def _wait_for_cause(pending: dict, seconds: float) -> Optional[tuple]:
     (not 0, not lost contact, not a watchdog abort) within ``seconds``; None if there is none."""
     deadline = time.monotonic() + seconds
     while pending and time.monotonic() < deadline:
-        left = max(0.0, deadline - time.monotonic())
+        for sentinel, (local_rank, child) in list(pending.items()):
+            if is_stopped(child.pid):  # frozen: it will not fail on its own, and it is what the others lost
+                del pending[sentinel]
+                return local_rank, FROZEN
+        left = min(0.5, max(0.0, deadline - time.monotonic()))
         for sentinel in multiprocessing.connection.wait(list(pending), timeout=left):
             local_rank, child = pending.pop(sentinel)
             child.join()
@@ -269,10 +286,14 @@ def _wait_for_cause(pending: dict, seconds: float) -> Optional[tuple]:
 
 
 def _stop(children: Sequence[mp.Process]) -> None:
-    """SIGTERM the children still running, SIGKILL them after a grace period, reap them all."""
+    """SIGTERM the children still running, SIGKILL them after a grace period, reap them all. A stopped
+    child gets SIGKILL at once: it would hold its SIGTERM until continued, for the whole grace period."""
     alive = [c for c in children if c.exitcode is None]
     for child in alive:
-        child.terminate()
+        if is_stopped(child.pid):
+            child.kill()
+        else:
+            child.terminate()
     deadline = time.monotonic() + GRACE_SECONDS
     for child in alive:
         child.join(timeout=max(0.0, deadline - time.monotonic()))

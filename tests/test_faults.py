@@ -353,7 +353,7 @@ def test_a_rank_that_raises_stops_the_whole_job(launcher, slow_root, jobs, tmp_p
 
 def test_a_frozen_rank_ends_the_job_after_the_timeout(slow_root, jobs, tmp_path):
     """A rank that stops answering (SIGSTOP: a hung GPU, a swapped-out node) does not hang the job:
-    the others give up after --timeout seconds, and the launcher kills the frozen one."""
+    the others give up after --timeout seconds, and the launcher names the frozen one and kills it."""
     timeout = 10
     job = start(jobs, DDP_TUTORIAL + ["train", "--nproc-per-node", "2", *train_args(slow_root, 50),
                                       "--timeout", str(timeout)], tmp_path, "ddp-tutorial train")
@@ -368,8 +368,13 @@ def test_a_frozen_rank_ends_the_job_after_the_timeout(slow_root, jobs, tmp_path)
     assert code != 0
     assert took >= timeout - 1, f"stopped after {took:.1f} s, before the {timeout} s timeout?\n{job.output}"
     assert "rank 0: lost contact with the other processes" in job.output, job.output
-    assert re.search(r"rank 0 \(local rank 0 on node 0\) stopped because it lost contact with the other "
-                     r"processes \(exit code 3\)", job.output), job.output
+    # The launcher names the frozen rank as the cause (it was once "no process of this node failed on its own",
+    # 10 s later), rank 0 as its consequence, and SIGKILLs it at once (SIGTERM waits while a process is stopped).
+    assert re.search(r"rank 1 \(local rank 1 on node 0\) was stopped \(SIGSTOP or Ctrl-Z: frozen, not dead\)",
+                     job.output), job.output
+    assert re.search(r"rank 0 \(local rank 0\) stopped because it lost contact with the other processes \(exit "
+                     r"code 3\) — a consequence of rank 1's failure", job.output), job.output
+    assert "failed on its own" not in job.output, job.output
     print(f"frozen rank: all processes gone {took:.1f} s after SIGSTOP (timeout {timeout} s)")
 
 
