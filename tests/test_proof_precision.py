@@ -32,12 +32,17 @@ def test_the_proof_holds_in_float64_on_every_vector_path_fashion_mnist(capabilit
     """The CPU's own path always (the fast tier); the others where genuine MNIST is not staged (where it is,
     the test below runs them all on MNIST, where float32 broke: one data set per path keeps the suite short)."""
     if capability != NATIVE and os.environ.get(data_fixtures.MNIST_VARIABLE):
-        pytest.skip("every vector path runs on genuine MNIST below")
+        pytest.skip("the vector paths torch does not pick by itself run on genuine MNIST below")
     check_float64(measure(capability, str(fashion_root)))
 
 
 @pytest.mark.slow
 def test_the_proof_holds_in_float64_on_genuine_mnist(genuine_mnist_root):
-    """MNIST is where float32 broke 08 (4.9e-05 under avx512): the notebooks' own data path."""
-    for capability in capabilities():
+    """MNIST is where float32 broke 08 (4.9e-05 under avx512): the notebooks' own data path. The CPU's own
+    path on MNIST is 08 itself, run by nbval in both languages on the same data (scripts/test.sh runs the
+    notebooks on MNIST whenever this fixture has it); here the paths torch does not pick by itself."""
+    others = [capability for capability in capabilities() if capability != NATIVE]
+    if not others:
+        pytest.skip("this CPU has one vector path only: 08 under nbval runs it")
+    for capability in others:
         check_float64(measure(capability, str(genuine_mnist_root)))
