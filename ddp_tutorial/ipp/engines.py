@@ -160,11 +160,8 @@ class EngineSet:
 
     def is_stopped(self, rank: int) -> bool:
         """Is the engine of ``rank`` stopped (SIGSTOP, Ctrl-Z)? Its peers then wait for it in vain."""
-        import psutil
-        try:
-            return psutil.Process(self.pids[rank]).status() == psutil.STATUS_STOPPED
-        except psutil.Error:
-            return False
+        from ..supervisor import is_stopped
+        return is_stopped(self.pids[rank])
 
     def ended(self) -> Optional[str]:
         """A failure text when the whole set has ended under us (a SLURM job), else ``None``."""
