@@ -12,10 +12,13 @@
 # The class environment (issue 34 item 1): --prefix DIR builds the venv in DIR (say a project folder on
 # /arf) with the package installed as a copy (not editable: it must not depend on the instructor's checkout),
 # readable by everyone; attendees then run `DDP_TUTORIAL_VENV=DIR bash scripts/lab.sh tr` and nothing is
-# installed for them (DIR may be read-only). On TRUBA (a host named arf-ui*/*.truba.gov.tr, or /arf present)
-# --site truba is taken when no --site/--cuda is given, and said so. A laptop without GPU may take the CPU
-# build, --cuda cpu (download.pytorch.org/whl/cpu, about 1 GB instead of 5–6 GB; not tested here: this
-# machine's package index has no +cpu wheel); pip is pinned to torch==2.14.1 either way.
+# installed for them (DIR may be read-only). DIR must be new or empty, or a class environment this script
+# made before (its marker .ddp-tutorial-class-env and a pyvenv.cfg): any other folder is refused untouched;
+# the environment ends readable by all and writable by its owner only (a+rX,go-w), whatever the umask.
+# On TRUBA (a host named arf-ui*/*.truba.gov.tr, or /arf present) --site truba is taken when no
+# --site/--cuda is given, and said so. A laptop without GPU may take the CPU build, --cuda cpu
+# (download.pytorch.org/whl/cpu, about 1 GB instead of 5–6 GB; not tested here: this machine's package
+# index has no +cpu wheel); pip is pinned to torch==2.14.1 either way.
 #
 # Which torch build? The pinned torch (2.14.1) exists as cu130 (PyPI's), cu132 and cu126; their GPUs
 # and drivers are in ONE table, ddp_tutorial/gpu.py (VARIANTS, with its sources), and this script asks
@@ -65,6 +68,38 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 [ -n "$prefix" ] && VENV=$(cd "$caller" && realpath -m -- "$prefix")   # the caller's folder, made absolute
 
+# The class environment is a folder this script makes, and only that folder is ever opened to all:
+# --prefix takes a missing or empty folder, or one holding this script's marker and a pyvenv.cfg (a
+# class environment made before, being updated). Anything else (/, $HOME, a conda installation, a
+# project folder) is refused before anything runs in it, in DDP_TUTORIAL_LANG (tr | en; unset: both).
+MARKER=.ddp-tutorial-class-env
+refuse_prefix() {   # refuse_prefix EN TR
+  case "${DDP_TUTORIAL_LANG:-}" in
+    tr) echo "!! setup.sh: $2" >&2 ;;
+    en) echo "!! setup.sh: $1" >&2 ;;
+    *) echo "!! setup.sh: $1 / $2" >&2 ;;
+  esac
+  exit 2
+}
+if [ -n "$prefix" ]; then
+  umask 022   # nothing of the class environment is writable by the group or others, whatever the caller's umask
+  home=$(realpath -m -- "${HOME:-/}")
+  if [ "$VENV" = / ] || [ "$VENV" = "$home" ]; then
+    what_en="the root folder" what_tr="kök dizin"
+    [ "$VENV" = "$home" ] && what_en="your home folder" what_tr="ev dizininiz"
+    refuse_prefix "--prefix '$prefix' is $what_en, not a folder for the class environment (an empty variable in --prefix \"\$DIR/\"?): give a new or empty folder, such as --prefix /arf/.../ddp-class-env" \
+      "--prefix '$prefix' $what_tr, sınıf ortamı için bir dizin değil (--prefix \"\$DIR/\" içinde boş bir değişken mi?): yeni ya da boş bir dizin verin, örneğin --prefix /arf/.../ddp-class-env"
+  elif [ -e "$VENV" ] && [ ! -d "$VENV" ]; then
+    refuse_prefix "--prefix '$prefix' is a file, not a folder: give a new or empty folder for the class environment" \
+      "--prefix '$prefix' bir dizin değil, dosya: sınıf ortamı için yeni ya da boş bir dizin verin"
+  elif [ -d "$VENV" ] && ! { [ -f "$VENV/$MARKER" ] && [ ! -L "$VENV/$MARKER" ] && [ -f "$VENV/pyvenv.cfg" ]; }; then
+    entries=$(find "$VENV" -mindepth 1 -maxdepth 1 -print -quit 2>/dev/null) || entries=unreadable
+    [ -z "$entries" ] || refuse_prefix \
+      "--prefix '$prefix' already holds files and is no class environment made by this script (no $MARKER there): nothing was changed; give a new or empty folder" \
+      "--prefix '$prefix' zaten dosyalar içeriyor ve bu betiğin kurduğu bir sınıf ortamı değil (içinde $MARKER yok): hiçbir şey değiştirilmedi; yeni ya da boş bir dizin verin"
+  fi
+fi
+
 # 0. Python >= 3.11 first (the venv's, or the one that makes it): else one line, in DDP_TUTORIAL_LANG
 #    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu.py's site table), exit 2.
 source scripts/python_check.sh
@@ -107,6 +142,11 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV"
   "$PYTHON" -m venv "$VENV"
+fi
+if [ -n "$prefix" ] && [ ! -f "$VENV/$MARKER" ]; then   # what lets a later --prefix run update this folder
+  echo "class environment of ddp-tutorial, made by scripts/setup.sh --prefix on $(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    > "$VENV/$MARKER.tmp.$$"
+  mv -f "$VENV/$MARKER.tmp.$$" "$VENV/$MARKER"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 
@@ -161,8 +201,8 @@ mkdir -p "$VENV/share/jupyter/lab/settings"
 cp notebooks/lab/overrides.json "$VENV/share/jupyter/lab/settings/"
 # What lab.sh looks at to skip this script when pyproject.toml and setup.sh have not changed since.
 [ "$VENV" = .venv ] && touch .venv/.lab-setup-done
-if [ -n "$prefix" ]; then   # readable by every attendee (the folders above it must let them through: chmod o+x)
-  chmod -R a+rX "$VENV"
+if [ -n "$prefix" ]; then   # readable by every attendee (the folders above it must let them through: chmod o+x),
+  chmod -R a+rX,go-w "$VENV"   # writable by its owner only (links inside it are not followed)
   echo "== class environment ready / sınıf ortamı hazır: DDP_TUTORIAL_VENV=$VENV bash scripts/lab.sh tr"
 fi
 exit 0

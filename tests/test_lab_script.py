@@ -288,9 +288,12 @@ exec "{python}" "$@"
 
 
 def class_environment_stand_in(tmp_path: Path) -> Path:
-    """A --prefix folder that already holds a "venv" whose pip is the recorder above."""
+    """A --prefix folder that already holds a "venv" whose pip is the recorder above, made by setup.sh
+    before (its marker and pyvenv.cfg: setup.sh refuses any other folder, tests/test_setup_prefix.py)."""
     prefix = tmp_path / "class-env"
     (prefix / "bin").mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text(f"home = {VENV / 'bin'}\n")
+    (prefix / ".ddp-tutorial-class-env").write_text("made by scripts/setup.sh --prefix\n")
     python = prefix / "bin" / "python"
     python.write_text(STAND_IN_PIP.replace("{log}", str(tmp_path / "pip.log"))
                       .replace("{python}", str(VENV / "bin" / "python")))
