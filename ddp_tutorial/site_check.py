@@ -25,9 +25,12 @@ against the node's real GPUs). No torch import until the torch line.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -35,13 +38,14 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .i18n import Count, TutorialError, decimal_number, t
 
 #: sbatch's own variables for the three settings a workshop job needs (flags win).
 SLURM_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
 DATASETS = ("mnist", "fashion-mnist")
+PROBE_RUN_SECONDS = 40  # the probe task's own run, once started: its connection back waits up to 20 s
 
 
 @dataclass
@@ -109,18 +113,38 @@ def _shown(settings: Dict[str, str]) -> Dict[str, str]:
     return {name: value or "-" for name, value in settings.items()}
 
 
-def check_slurm(settings: Dict[str, str], timeout: float) -> Line:
+def check_slurm(settings: Dict[str, str], timeout: float,
+                env: Optional[Mapping[str, str]] = None) -> Tuple[Line, Dict[str, str]]:
     """``sbatch --test-only`` (:func:`ddp_tutorial.slurm.jobs.test_only`) of a one-minute, one-task job with
-    these settings: nothing is queued."""
-    from .slurm.jobs import test_only
+    these settings: nothing is queued. Returns the line and the settings the probe job runs with: a
+    reservation that starts later (the day-before check) is refused until then ("Invalid time specified"):
+    that is an ok line saying when it starts, and the probe runs without it."""
+    from .slurm.jobs import NO_ANSWER, reservation_start, test_only
+    shown = _shown(settings)
     with tempfile.TemporaryDirectory(prefix="site-check-") as folder:
         script = Path(folder) / "probe.sh"
         script.write_text("#!/bin/sh\ntrue\n")
-        try:
-            answer, ok = test_only(script, ["--time=1", "--ntasks=1", *slurm_flags(settings)], timeout=timeout), True
-        except TutorialError as error:  # refused (sbatch's last line), or no answer in time
-            answer, ok = str(error.fields.get("detail", error)).removeprefix("sbatch: "), False
-    return Line(ok, "site.slurm_ok" if ok else "site.slurm_bad", dict(_shown(settings), answer=answer))
+
+        def ask(chosen: Dict[str, str]) -> Tuple[str, Optional[TutorialError]]:
+            try:
+                return test_only(script, ["--time=1", "--ntasks=1", *slurm_flags(chosen)], env=env,
+                                 timeout=timeout), None
+            except TutorialError as error:  # refused (sbatch's last line), or no answer in time
+                return str(error.fields.get("detail", error)).removeprefix("sbatch: "), error
+
+        answer, error = ask(settings)
+        if error is None:
+            return Line(True, "site.slurm_ok", dict(shown, answer=answer)), settings
+        if error.key == "slurm.command_timeout" or NO_ANSWER.search(answer):
+            return Line(False, "site.slurm_no_answer", dict(shown, answer=answer)), settings
+        start = reservation_start(settings["reservation"], env=env, timeout=timeout) if settings["reservation"] \
+            else None
+        if start:
+            without = dict(settings, reservation="")
+            if ask(without)[1] is None:
+                return Line(True, "site.slurm_later", dict(shown, start=start.replace("T", " "), answer=answer)), \
+                    without
+    return Line(False, "site.slurm_bad", dict(shown, answer=answer)), settings
 
 
 def node_script(address: str, port: int, token: str) -> str:
@@ -180,8 +204,49 @@ def _facts(stdout: str) -> Dict[str, str]:
     return facts
 
 
+def run_probe(command: Sequence[str], timeout: float) -> Tuple[str, str, bool]:
+    """Run the probe ``srun``: (its stdout, its stderr, whether it ended by itself within ``timeout`` s).
+    Stopped when it does not, and on SIGTERM or Ctrl-C (:func:`main`): :func:`stop_probe`."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        try:
+            proc.wait(timeout=timeout)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
+        finally:
+            if proc.poll() is None:
+                stop_probe(proc, err)
+        out.seek(0)
+        err.seek(0)
+        return out.read().decode(errors="replace"), err.read().decode(errors="replace"), ended
+
+
+def stop_probe(proc: subprocess.Popen, err) -> None:
+    """Stop the probe ``srun`` and leave nothing in the queue: SIGTERM makes srun cancel the job it waits for
+    (SIGKILL would leave it pending, to start later towards a closed port); should srun not end within
+    10 s, SIGKILL and ``scancel`` of the job id it printed."""
+    blocked = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # a second Ctrl-C does not cut the clean-up short
+    try:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        err.seek(0)
+        queued = re.search(r"\bjob (\d+) queued", err.read().decode(errors="replace"))
+        if queued:
+            subprocess.run(["scancel", queued.group(1)], capture_output=True, timeout=30, check=False)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+
+
 def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
-    """The ports line and the interface line, from one ``srun`` task on a compute node."""
+    """The ports line and the interface line, from one ``srun`` task on a compute node. ``--immediate``: srun
+    itself gives up (and cancels its job) when no node is free within ``timeout`` s."""
     from .ipp.slurm import controller_address
     address = controller_address()
     if not address:
@@ -189,12 +254,11 @@ def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
     listener = Listener(address)
     try:
         command = ["srun", "--nodes=1", "--ntasks=1", "--time=2", "--job-name=site-check",
-                   *slurm_flags(settings), "bash", "-c", node_script(address, listener.port, listener.token)]
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            stdout, detail = proc.stdout, (proc.stderr.strip().splitlines() or ["-"])[-1]
-        except subprocess.TimeoutExpired as expired:
-            stdout = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else ""
+                   f"--immediate={max(1, math.ceil(timeout))}", *slurm_flags(settings),
+                   "bash", "-c", node_script(address, listener.port, listener.token)]
+        stdout, stderr, ended = run_probe(command, timeout + PROBE_RUN_SECONDS)
+        detail = (stderr.strip().splitlines() or ["-"])[-1]
+        if not ended or ("NODE" not in stdout and re.search(r"\bjob \d+ queued", stderr)):
             detail = t("site.no_start", seconds=f"{timeout:.0f}")
         listener.reached.wait(2.0 if "CONNECTED" in stdout else 0)
     finally:
@@ -256,14 +320,38 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
         else:
             settings = slurm_settings(dict(partition=args.partition, account=args.account,
                                            reservation=args.reservation))
-            accepted = check_slurm(settings, args.timeout)
+            accepted, chosen = check_slurm(settings, args.timeout)
             say([accepted])
-            say(check_reach(settings, args.timeout) if accepted.ok else [Line(False, "site.reach_skipped")])
+            if accepted.ok:
+                say(check_reach(chosen, args.timeout))
+            else:
+                say([Line(False, "site.reach_no_answer" if accepted.key == "site.slurm_no_answer"
+                          else "site.reach_skipped")])
     return lines
 
 
+def seconds(text: str) -> float:
+    """``--timeout``: a finite number of seconds greater than 0 (nan, inf, 1e400, 0 and -1 are refused)."""
+    value = decimal_number(text)  # "0,5": write the decimal point as a dot
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(t("site.bad_timeout", value=text))
+    return value
+
+
+def _leave(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # the probe's `finally` stops its srun
+
+
 def main(args: argparse.Namespace) -> int:
-    lines = run_checks(args)
+    previous = signal.signal(signal.SIGTERM, _leave)
+    try:
+        lines = run_checks(args)
+    except (SystemExit, KeyboardInterrupt) as stop:
+        name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+        print(t("site.stopped", signal=name), file=sys.stderr, flush=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     bad = sum(not line.ok for line in lines)
     print(t("site.summary_ok", count=len(lines)) if not bad else t("site.summary_bad", bad=bad, count=len(lines)))
     return 0 if not bad else 1
@@ -277,7 +365,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--reservation", help=t("site.cli_reservation"))
     parser.add_argument("--root", help=t("site.cli_root"))
     parser.add_argument("--site", help=t("site.cli_site"))
-    parser.add_argument("--timeout", type=decimal_number, default=120.0, help=t("site.cli_timeout"))
+    parser.add_argument("--timeout", type=seconds, default=120.0, help=t("site.cli_timeout"))
     parser.add_argument("--no-slurm", action="store_true", help=t("site.cli_no_slurm"))
     parser.set_defaults(func=main)
     return parser

@@ -51,6 +51,7 @@ from typing import List, Optional, Tuple
 from .. import slurm as batch
 from ..config import JOB_OPTIONS
 from ..i18n import TutorialError, t
+from ..slurm.jobs import reservation_note
 from . import engines as es
 from . import remote
 from .watchdog import Guard
@@ -357,8 +358,8 @@ def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: 
         info = batch.job_info(job_id)
         if (info.state, info.reason, got) != last:
             last = (info.state, info.reason, got)
-            print(info.describe() + " · " + t("ipp.registering", got=got, n=n, seconds=time.monotonic() - began),
-                  flush=True)
+            print(info.describe() + reservation_note(info) + " · "
+                  + t("ipp.registering", got=got, n=n, seconds=time.monotonic() - began), flush=True)
         now = time.monotonic()
         if info.finished:
             log, tail = log_tail(job_id)

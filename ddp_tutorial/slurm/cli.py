@@ -18,8 +18,9 @@ from typing import List, Optional, Sequence
 from .. import atomic
 from ..config import add_job_arguments, job_options_of
 from ..i18n import TutorialError, decimal_number, t, whole_number
-from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result, submit,
-                   test_only, wait)
+from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result,
+                   reservation_note, submit, test_only, wait)
+from .rules import PATH
 from .render import render
 from .spec import PROFILE_VARIABLE, PROFILES, JobSpec, bad_value, plain_text, workshop_profile
 
@@ -50,9 +51,10 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
     if args.workdir is not None:  # the job starts there (#SBATCH --chdir): its log folder is there too
         workdir = _absolute(args.workdir)
         if workdir is not None and (run_dir is None or not os.path.isabs(run_dir)):
-            run_dir = os.path.join(workdir, run_dir if run_dir is not None else JobSpec().run_dir)
+            run_dir = os.path.join(from_here("--workdir", args.workdir, workdir),
+                                   run_dir if run_dir is not None else JobSpec().run_dir)
     elif run_dir is not None and not os.path.isabs(run_dir):
-        run_dir = os.path.abspath(run_dir)  # the job may start elsewhere: make it unambiguous
+        run_dir = from_here("--run-dir", run_dir, os.path.abspath(run_dir))  # the job may start elsewhere
     script = args.script
     if script is not None:
         plain_text("--script", script)
@@ -64,6 +66,15 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
     if script is not None and spec.template in ("per-gpu", "torchrun"):  # the seed's: refused by validate()
         check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
     return spec
+
+
+def from_here(option: str, given: str, path: str) -> str:
+    """``path``, made absolute from a relative ``given``: where only this folder's path has what a job script
+    cannot take (a space, ``ş``), say so and what to do, not only that the absolute path is invalid."""
+    if not PATH.fullmatch(path) and PATH.fullmatch(given):
+        raise TutorialError("slurm.run_dir_unsafe", option=option, given=given, path=path,
+                            allowed=t("slurm.allowed.path"))
+    return path
 
 
 def _absolute(path: str) -> Optional[str]:
@@ -148,7 +159,12 @@ def _cmd_render(args) -> int:
         sys.stdout.write(text)
     else:  # atomic's rule: a regular file is replaced atomically, /dev/stdout or a pipe written through
         atomic.check_writable(args.output)  # creates missing folders; a directory or a disk is refused
-        written = atomic.write_text(args.output, text, mode=0o777)
+        try:
+            written = atomic.write_text(args.output, text, mode=0o777)
+        except OSError as error:  # a full disk: write() and fsync() name no file; the message names it
+            if error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror or str(error), args.output) from None
         print(t("slurm.written", path=written), file=sys.stderr)
     make_log_dirs(text)  # with or without --workdir (then the run dir is under it, absolute)
     return 0
@@ -167,7 +183,7 @@ def _cmd_submit(args) -> int:
 
 
 def _print_info(info: JobInfo) -> None:
-    print(info.describe(), flush=True)
+    print(info.describe() + reservation_note(info), flush=True)
 
 
 def _finish(info: JobInfo) -> int:
@@ -179,7 +195,7 @@ def _cmd_status(args) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in info.__dict__.items() if k != "fields"}, indent=2))
     else:
-        print(info.describe())
+        print(info.describe() + reservation_note(info))
     return 0 if info.state != "UNKNOWN" else 1
 
 

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -83,6 +84,12 @@ def test_only(script: os.PathLike | str, sbatch_args: Sequence[str] = (),
 
 
 MAX_POLL_SECONDS = 30.0  # the longest wait between two polls of one job (see wait())
+FORGOTTEN_AFTER_S = 30.0  # wait(): how long the controller may say "no such job" before the job counts as unknown
+#: What a SLURM client prints when slurmctld does not answer (down, frozen, restarting, the network): no
+#: verdict on the job. "Invalid job id specified" is the controller's own answer that it does not know the job.
+NO_ANSWER = re.compile(r"Unable to contact slurm controller|Socket timed out|connect failure|Connection refused"
+                       r"|Connection timed out|Connection reset|Zero Bytes were transmitted|Transport endpoint",
+                       re.IGNORECASE)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 
@@ -102,6 +109,7 @@ class JobInfo:
     stderr: Optional[str] = None
     workdir: Optional[str] = None
     fields: Dict[str, str] = field(default_factory=dict)
+    no_answer: str = ""               # the client's error when the controller did not answer (state UNKNOWN)
 
     @property
     def finished(self) -> bool:
@@ -112,6 +120,8 @@ class JobInfo:
         return self.state == "COMPLETED" and (self.exit_code or 0) == 0
 
     def describe(self) -> str:
+        if self.no_answer:
+            return t("slurm.state.no_answer", job_id=self.job_id, detail=self.no_answer)
         reason = t("slurm.state.reason", reason=self.reason) if self.reason and self.reason != "None" else ""
         code = t("slurm.state.exit", code=self.exit_code) if self.finished and self.exit_code is not None else ""
         restarts = t("slurm.state.restarts", n=self.restarts) if self.restarts else ""
@@ -131,38 +141,60 @@ def _exit_pair(text: str) -> Tuple[Optional[int], Optional[int]]:
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
-def job_info(job_id, env: Optional[Mapping[str, str]] = None) -> JobInfo:
-    """The job's state from ``scontrol show job`` (``sacct`` once the controller has forgotten it)."""
+def job_info(job_id, env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> JobInfo:
+    """The job's state from ``scontrol show job`` (``sacct`` once the controller has forgotten it).
+
+    A controller that does not answer (:data:`NO_ANSWER`, or no answer within ``timeout``) gives state
+    ``UNKNOWN`` with :attr:`JobInfo.no_answer` set: the job may well be running."""
     job_id = job_id_of(job_id)
-    proc = run_command(["scontrol", "show", "job", "-o", job_id], env=env, check=False)
-    if proc.returncode == 0 and "JobId=" in proc.stdout:
+    try:
+        proc = run_command(["scontrol", "show", "job", "-o", job_id], env=env, check=False, timeout=timeout)
+    except TutorialError as error:
+        if error.key != "slurm.command_timeout":
+            raise
+        proc, no_answer = None, str(error)
+    else:
+        lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        no_answer = lines[-1].strip() if proc.returncode != 0 and lines and NO_ANSWER.search(lines[-1]) else ""
+    if proc is not None and proc.returncode == 0 and "JobId=" in proc.stdout:
         f = parse_scontrol(proc.stdout.splitlines()[0])
         code, sig = _exit_pair(f.get("ExitCode", ""))
         return JobInfo(job_id=job_id, state=f.get("JobState", "UNKNOWN"), reason=f.get("Reason", ""),
                        exit_code=code, signal=sig, restarts=int(f.get("Restarts", "0") or 0),
                        nodes=f.get("NodeList", ""), stdout=f.get("StdOut"), stderr=f.get("StdErr"),
                        workdir=f.get("WorkDir"), fields=f)
-    # Not (or no longer) known to the controller: ask the accounting database, if there is one.
+    # Not (or no longer) known to the controller, or no answer from it: ask the accounting database, if any.
     environ = dict(os.environ if env is None else env)
     if shutil.which("sacct", path=environ.get("PATH")):
-        acct = run_command(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"], env=env,
-                    check=False)
-        line = acct.stdout.strip().splitlines()[:1]
-        if acct.returncode == 0 and line and "|" in line[0]:
+        try:
+            acct = run_command(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList"],
+                               env=env, check=False, timeout=timeout)
+        except TutorialError as error:
+            if error.key != "slurm.command_timeout":
+                raise
+            acct = None
+        line = acct.stdout.strip().splitlines()[:1] if acct is not None else []
+        if acct is not None and acct.returncode == 0 and line and "|" in line[0]:
             state, exit_text, nodes = (line[0].split("|") + ["", ""])[:3]
             code, sig = _exit_pair(exit_text)
             return JobInfo(job_id=job_id, state=state.split()[0], exit_code=code, signal=sig, nodes=nodes)
-    return JobInfo(job_id=job_id, state="UNKNOWN")
+    return JobInfo(job_id=job_id, state="UNKNOWN", no_answer=no_answer)
 
 
 def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Optional[Mapping[str, str]] = None,
-         on_change: Optional[Callable[[JobInfo], None]] = None, max_poll: float = MAX_POLL_SECONDS) -> JobInfo:
+         on_change: Optional[Callable[[JobInfo], None]] = None, max_poll: float = MAX_POLL_SECONDS,
+         forgotten_after: float = FORGOTTEN_AFTER_S) -> JobInfo:
     """Poll until the job has finished (COMPLETED, FAILED, …); return its final :class:`JobInfo`.
 
     A requeued job passes through PENDING again and is waited for to the end. ``on_change`` is
     called whenever the state changes (the CLI prints it). Each poll is a request to slurmctld, so
     the interval backs off: ``poll`` seconds after a change, doubling while nothing changes, up to
     ``max_poll`` (30 workshop attendees waiting on one job each ask ≈1 request/s, not 15).
+
+    A controller that does not answer (down, frozen, restarting) is reported once through ``on_change``
+    and waited for, bounded only by ``timeout``; its state is reported again when it answers. Only the
+    controller's own "no such job" for longer than ``forgotten_after`` s (at least ``10 * poll``) ends
+    the wait with "SLURM does not know job N".
     """
     job_id = job_id_of(job_id)
     started = time.monotonic()
@@ -170,8 +202,9 @@ def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Option
     unknown_since = None
     interval = poll
     while True:
-        info = job_info(job_id, env=env)
-        key = (info.state, info.restarts)
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        info = job_info(job_id, env=env, timeout=60 if left is None else max(poll, min(60.0, left)))
+        key = (info.state, info.restarts, bool(info.no_answer))
         if key != last:
             last = key
             interval = poll  # something happened: look again soon
@@ -181,10 +214,10 @@ def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Option
             interval = min(max(poll, max_poll), interval * 2)
         if info.finished:
             return info
-        if info.state == "UNKNOWN":
+        if info.state == "UNKNOWN" and not info.no_answer:
             # Just after sbatch the controller knows the job; "unknown" for long means it never will.
             unknown_since = unknown_since or time.monotonic()
-            if time.monotonic() - unknown_since > max(10 * poll, 30):
+            if time.monotonic() - unknown_since > max(10 * poll, forgotten_after):
                 raise TutorialError("slurm.unknown_job", job_id=job_id)
         else:
             unknown_since = None
@@ -192,6 +225,36 @@ def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Option
         if timeout is not None and waited > timeout:
             raise TutorialError("slurm.wait_timeout", job_id=job_id, state=info.state, seconds=waited)
         time.sleep(interval if timeout is None else max(0.0, min(interval, timeout - waited + poll)))
+
+
+def reservation(name: str, env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> Dict[str, str]:
+    """``scontrol show reservation -o NAME`` as a dict; empty when SLURM does not list it or does not answer."""
+    try:
+        proc = run_command(["scontrol", "show", "reservation", "-o", name], env=env, check=False, timeout=timeout)
+    except TutorialError:
+        return {}
+    lines = proc.stdout.strip().splitlines()
+    return parse_scontrol(lines[0]) if proc.returncode == 0 and lines and "ReservationName=" in lines[0] else {}
+
+
+def reservation_start(name: str, env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> Optional[str]:
+    """The StartTime of reservation ``name`` (``2026-12-07T09:00:00``, the controller's local time) when it
+    has not started yet; None when it runs already, or SLURM does not list it."""
+    start = reservation(name, env=env, timeout=timeout).get("StartTime", "")
+    try:
+        later = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S") > datetime.now()
+    except ValueError:
+        return None
+    return start if later else None
+
+
+def reservation_note(info: JobInfo, env: Optional[Mapping[str, str]] = None) -> str:
+    """For a job pending with reason ``Reservation``: " · reservation R starts at T" (else "")."""
+    name = info.fields.get("Reservation", "")
+    if info.state != "PENDING" or info.reason != "Reservation" or not name or name == "(null)":
+        return ""
+    start = reservation_start(name, env=env, timeout=15)
+    return t("slurm.reservation_starts", name=name, start=start.replace("T", " ")) if start else ""
 
 
 def cancel(job_id, signal: Optional[str] = None, batch: bool = False,
@@ -271,6 +334,23 @@ def read_result(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str
 _OWN_FINISHED = re.compile(r"^(?:your script finished with exit code|betiğiniz bitti, çıkış kodu) (\d+)\s*$", re.M)
 
 
+OWN_FINISHED_WINDOW = 1 << 16  # the end of a log read for that line: it is the last thing the job script writes
+
+
+def _log_end(path: Path, size: int = OWN_FINISHED_WINDOW) -> str:
+    """The last ``size`` bytes of the log at ``path`` ("" when there is none): a job log of several hundred MB
+    (NCCL_DEBUG=INFO) is never loaded whole to find its last line."""
+    if not path.is_file():  # a named pipe is never opened (it would block)
+        return ""
+    try:
+        with open(path, "rb") as log:
+            end = log.seek(0, os.SEEK_END)
+            log.seek(max(0, end - size))
+            return log.read(size).decode(errors="replace")
+    except OSError:  # gone or unreadable since: no line to read
+        return ""
+
+
 def own_script_outcome(job_id, run_dir: Optional[str] = None,
                        env: Optional[Mapping[str, str]] = None) -> Optional[dict]:
     """What can be said of a job that ran the user's own script (``slurm render --script``), which writes no
@@ -283,7 +363,7 @@ def own_script_outcome(job_id, run_dir: Optional[str] = None,
     except TutorialError:
         info = None
     path = _where(job_id, info if run_dir is None else None, run_dir)
-    text = path.read_text(errors="replace") if path.is_file() else ""
+    text = _log_end(path)
     state = info.state if info is not None else "UNKNOWN"
     found = _OWN_FINISHED.findall(text)
     if found:
