@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..i18n import TutorialError, number, t
 from .core import AttendeeError, AttendeeStopped, Exercise, NotDone, WrongAnswer, call, call_for, fail, fail_type
@@ -40,14 +41,39 @@ PLACEHOLDER = re.compile(r"<([A-Za-z_][\w-]*)>")  # what the seed's script leave
 _OPTION = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:[= ]\s*(\S+))?")
 
 
+class Directives(NamedTuple):
+    """A script's #SBATCH lines as sbatch reads them: only at the start of a line, and only above the first
+    command (the first line that is neither blank nor a comment); every #SBATCH line below it is skipped."""
+
+    options: Dict[str, str]                   # {option: value} of the lines sbatch reads
+    first_command: Optional[Tuple[int, str]]  # (line number, line) where sbatch stops reading
+    late: Optional[Tuple[int, str]]           # the first #SBATCH line below it, which sbatch skips
+    indented: Optional[Tuple[int, str]]       # the first #SBATCH line with blanks before it, skipped too
+
+
+def sbatch_directives(text):
+    """:class:`Directives` of ``text`` (fixed_sbatch and ddp_job read them)."""
+    options, first_command, late, indented = {}, None, None, None
+    for number_, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if first_command is None and stripped and not stripped.startswith("#"):
+            first_command = (number_, line)
+        if not stripped.startswith("#SBATCH"):
+            continue
+        if first_command is not None:
+            late = late or (number_, line)
+        elif not line.startswith("#SBATCH"):
+            indented = indented or (number_, line)
+        else:
+            match = _OPTION.match(stripped)
+            if match:
+                options[match.group(1)] = (match.group(2) or "").split("#")[0]
+    return Directives(options, first_command, late, indented)
+
+
 def sbatch_options(text):
-    """``{option: value}`` of a script's ``#SBATCH --option[=value]`` lines (fixed_sbatch and ddp_job read them)."""
-    options = {}
-    for line in text.splitlines():
-        match = _OPTION.match(line.strip())
-        if match:
-            options[match.group(1)] = (match.group(2) or "").split("#")[0]
-    return options
+    """``{option: value}`` of the ``#SBATCH --option[=value]`` lines sbatch reads (:func:`sbatch_directives`)."""
+    return sbatch_directives(text).options
 
 
 def _grade_sbatch(text):
@@ -59,6 +85,12 @@ def _grade_sbatch(text):
         stripped = line.strip()
         if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
             fail("ex.fixed_sbatch.typo", line=number_, code=stripped[:60])
+    directives = sbatch_directives(text)
+    if directives.indented:
+        fail("ex.fixed_sbatch.indented", line=directives.indented[0], code=directives.indented[1][:60])
+    if directives.late:
+        fail("ex.fixed_sbatch.late_directive", line=directives.late[0], code=directives.late[1].strip()[:60],
+             first=directives.first_command[0], command=directives.first_command[1].strip()[:60])
     launch = [line for line in text.splitlines() if re.search(r"\bpython\S*\s+\S+", line)]
     if not launch:
         fail("ex.fixed_sbatch.no_launch")
@@ -78,7 +110,7 @@ def _grade_sbatch(text):
         if placeholder and (directive or not line.strip().startswith("#")):
             fail("ex.fixed_sbatch.placeholder_directive" if directive else "ex.fixed_sbatch.placeholder",
                  line=number_, code=line.strip()[:60], name=placeholder.group(0))
-    options = sbatch_options(text)
+    options = directives.options
     try:
         nodes = int(options.get("nodes", "1"))
         gpus = int(re.search(r"(\d+)$", options.get("gres", "gpu:0")).group(1))

@@ -4,10 +4,13 @@ The check reads the attendee's text as sbatch and bash would and names the first
 wrong, and why it matters: a placeholder left (``<venv>``: bash reads ``<name>`` as an input redirection),
 a misspelt directive, the partition, nodes, tasks, GPUs and cores per GPU for the site profile
 (:data:`ddp_tutorial.slurm.PROFILES`), the log folder (SLURM does not create it), ``MASTER_ADDR`` from the
-node list, a port from the job id, ``SRUN_CPUS_PER_TASK``, ``--kill-on-bad-exit``, the c10d rendezvous (or
-one task per GPU), SIGUSR1 with its trap and the requeue. Then ``bash -n``, and ``sbatch --test-only``
-where a SLURM answers (input variables such as ``SBATCH_PARTITION`` override the script's lines there,
-as they do for ``sbatch`` itself).
+node list, a port from the job id (computed for a 7-digit job id, as TRUBA's are), ``SRUN_CPUS_PER_TASK``,
+``--kill-on-bad-exit``, the c10d rendezvous (or one task per GPU), SIGUSR1 with its trap, torchrun told to
+pass it on, a ``wait`` that outlasts the trap, and a requeue that can fire. #SBATCH lines are read as sbatch
+reads them (:func:`~ddp_tutorial.exercises.cluster.sbatch_directives`), code lines without their comments.
+Then ``bash -n``, and ``sbatch --test-only`` where a SLURM answers and has the job's partition (input
+variables such as ``SBATCH_PARTITION`` override the script's lines there, as they do for ``sbatch``
+itself); elsewhere the grade is the reading alone, and the message says so.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from ..i18n import t
-from .cluster import PLACEHOLDER, sbatch_options
+from .cluster import PLACEHOLDER, sbatch_directives
+from .shell import JOB_ID_NAMES, code_lines, port_for, walk
 from .core import Exercise, NotDone, WrongAnswer, fail
 
 PROFILE = "akya-cuda"
@@ -35,25 +39,22 @@ source <venv>/bin/activate
 srun python train.py
 """
 
-_NO_SLURM = ("Could not establish a configuration source", "Unable to contact slurm controller",
-             "Connection refused", "Unable to establish", "slurm.conf", "Zero Bytes were transmitted")
+# sbatch's and sinfo's words where no SLURM is configured here, and where its controller does not answer.
+_NO_SLURM = ("Could not establish a configuration source", "slurm.conf", "Unable to establish")
+_SILENT = ("Unable to contact slurm controller", "Connection refused", "Zero Bytes were transmitted",
+           "Socket timed out", "timed out")
+SINFO_SECONDS, SBATCH_SECONDS = 4, 8
+"""How long sinfo and sbatch --test-only may take: together well inside the check's bound
+(:data:`~ddp_tutorial.exercises.core.GRADING_BOUND`), so a controller that does not answer is named as such."""
+JOB_IDS = (1234567, 1234568, 9999999, 4711)
+"""The job ids MASTER_PORT is computed for: TRUBA's have 7 digits."""
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+_TORCHRUN_DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch/distributed/run.py, --signals-to-handle
 
 
 def _profile():
     from ..slurm.spec import PROFILES
     return PROFILES[PROFILE]
-
-
-def _code_lines(text):
-    """(line number, line) of every line bash runs: comments and #SBATCH lines left out."""
-    return [(number, line) for number, line in enumerate(text.splitlines(), start=1)
-            if line.strip() and not line.strip().startswith("#")]
-
-
-def _joined(text):
-    """The script with its continuation lines joined (``\\`` + newline), as bash reads a command."""
-    return re.sub(r"\\\n\s*", " ", text)
-
 
 def _int(options, name, default=None):
     value = options.get(name)
@@ -62,6 +63,8 @@ def _int(options, name, default=None):
     match = re.fullmatch(r"(\d+)", value)
     if not match:
         fail("ex.ddp_job.number", option=name, value=value)
+    if int(match.group(1)) < 1:
+        fail("ex.ddp_job.zero", option=name, value=value)
     return int(match.group(1))
 
 
@@ -77,29 +80,55 @@ def _gpus(options):
     return int(match.group(1))
 
 
+def _line_of(text, index):
+    return text.count("\n", 0, index) + 1
+
+
+def _check_bytes(text):
+    """What no file for sbatch can hold: a character UTF-8 cannot write, a NUL byte, Windows line ends."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        fail("ex.ddp_job.encoding", line=_line_of(text, error.start), char=ascii(text[error.start]))
+    if "\0" in text:
+        fail("ex.ddp_job.nul", line=_line_of(text, text.index("\0")))
+    if "\r" in text:
+        fail("ex.ddp_job.crlf", line=_line_of(text, text.index("\r")))
+
+
 def _check_text(text):
-    for number, line in _code_lines(text):
-        found = PLACEHOLDER.search(line.split(" #")[0])
+    for number, line in code_lines(text):
+        found = PLACEHOLDER.search(line)
         if found:
             fail("ex.ddp_job.placeholder", line=number, code=line.strip()[:70], name=found.group(0))
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
             fail("ex.ddp_job.typo", line=number, code=stripped[:60])
+    directives = sbatch_directives(text)
+    if directives.indented:
+        fail("ex.ddp_job.indented", line=directives.indented[0], code=directives.indented[1][:60])
+    if directives.late:
+        fail("ex.ddp_job.late_directive", line=directives.late[0], code=directives.late[1].strip()[:60],
+             first=directives.first_command[0], command=directives.first_command[1].strip()[:60])
+    return directives.options
 
 
 def _launch(text):
-    """The srun line that starts the training (continuations joined), and whether it runs torchrun."""
-    lines = [line.strip() for line in _joined(text).splitlines()
+    """(line number, srun line that starts the training, whether it runs torchrun), continuations joined."""
+    lines = [(number, line.strip()) for number, line in code_lines(text)
              if re.match(r"^\s*srun\b", line) and re.search(r"\bpython\S*\b|\btorchrun\b", line)]
     if not lines:
         fail("ex.ddp_job.no_srun")
-    line = lines[-1]
-    return line, bool(re.search(r"\btorchrun\b|torch\.distributed\.run", line))
+    number, line = lines[-1]
+    for command in walk(text):
+        if command.line < number and command.words[0] == "exit" and command.depth == 0:
+            fail("ex.ddp_job.exit_early", line=command.line, code=command.code.strip()[:60], srun=number)
+    return number, line, bool(re.search(r"\btorchrun\b|torch\.distributed\.run", line))
 
 
-def _check_allocation(text, torchrun):
-    profile, options = _profile(), sbatch_options(text)
+def _check_allocation(options, torchrun):
+    profile = _profile()
     partition = options.get("partition")
     if not partition:
         fail("ex.ddp_job.no_partition", want=profile.partition)
@@ -137,12 +166,30 @@ def _check_allocation(text, torchrun):
         fail("ex.ddp_job.log_folder", folder=folder, output=output)
     if "USR1" not in options.get("signal", ""):
         fail("ex.ddp_job.no_signal")
-    return options
 
 
 def _export(text, name):
-    match = re.search(rf"^\s*(?:export\s+)?{name}=(.*)$", text, re.M)
-    return match.group(1).split(" #")[0].strip() if match else None
+    """The value of the script's first ``[export] name=…`` (comments left out), or None."""
+    for _, line in code_lines(text):
+        match = re.match(rf"^\s*(?:export\s+)?{name}=(.*)$", line)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def _check_port(value):
+    ports = [port_for(value.strip("'"), job_id) for job_id in JOB_IDS]
+    if None in ports:
+        if not any(name in value for name in JOB_ID_NAMES):
+            fail("ex.ddp_job.port", value=value)
+        if "%" not in value and not re.search(r"\btail\s+-c\s*[1-4]\b", value):  # what keeps it below 65536
+            fail("ex.ddp_job.port_unknown", value=value, job=str(JOB_IDS[0]))
+        return
+    for job_id, port in zip(JOB_IDS, ports):
+        if not 1024 < port < 65536:
+            fail("ex.ddp_job.port_range", value=value, job=str(job_id), port=str(port))
+    if len(set(ports)) == 1:
+        fail("ex.ddp_job.port", value=value)
 
 
 def _check_rendezvous(text):
@@ -154,16 +201,18 @@ def _check_rendezvous(text):
     port = _export(text, "MASTER_PORT")
     if port is None:
         fail("ex.ddp_job.no_port")
-    if "SLURM_JOB_ID" not in port:
-        fail("ex.ddp_job.port", value=port)
+    _check_port(port)
 
 
 def _check_launch(text, line, torchrun):
     profile = _profile()
     if _export(text, "SRUN_CPUS_PER_TASK") is None and not re.search(r"--cpus-per-task|\s-c\s", line):
         fail("ex.ddp_job.srun_cpus")
-    if "--kill-on-bad-exit" not in line and not re.search(r"\s-K\b", line):
+    kill = re.search(r"--kill-on-bad-exit(?:=(\S*))?|\s-K(\S*)", line)
+    if not kill:
         fail("ex.ddp_job.kill_on_bad_exit")
+    if (kill.group(1) or kill.group(2) or "").strip("\"'") == "0":
+        fail("ex.ddp_job.kill_on_bad_exit_off", option=kill.group(0).strip())
     if not torchrun:
         return
     if "--standalone" in line:
@@ -182,15 +231,63 @@ def _check_launch(text, line, torchrun):
         fail("ex.ddp_job.nnodes", got=nnodes.group(1) if nnodes else "—", want=NODES)
 
 
-def _check_preemption(text, line, options):
-    if options.get("signal", "").startswith("B:"):
-        if not re.search(r"^\s*trap\s.*\bUSR1\b", text, re.M):
+def _check_torchrun_signals(text, line):
+    """torchrun passes on only the signals of its --signals-to-handle option (or PET_SIGNALS_TO_HANDLE); it
+    sets TORCHELASTIC_SIGNALS_TO_HANDLE from that option itself, over whatever the job exported."""
+    option = re.search(r"--signals[-_]to[-_]handle(?:=|\s+)(\S+)", line)
+    given = option.group(1).strip("\"'") if option else _export(text, "PET_SIGNALS_TO_HANDLE")
+    if given is not None and "SIGUSR1" in given.strip("\"'").split(","):
+        return
+    if given is None and ("TORCHELASTIC_SIGNALS_TO_HANDLE=" in line
+                          or _export(text, "TORCHELASTIC_SIGNALS_TO_HANDLE") is not None):
+        fail("ex.ddp_job.signals_variable", option=TORCHRUN_SIGNALS, default=_TORCHRUN_DEFAULT_SIGNALS)
+    fail("ex.ddp_job.signals", got=(given or _TORCHRUN_DEFAULT_SIGNALS).strip("\"'"), option=TORCHRUN_SIGNALS)
+
+
+_SEVENTY_FIVE = re.compile(r"(-eq|==?)\s*[\"']?75\b|\b75[\"']?\s*(-eq|==?)")
+
+
+def _never(condition):
+    """Whether an if's condition is written so that it is never true: ``false``, ``! true``, ``[ 0 -eq 1 ]``."""
+    condition = condition.strip()
+    if condition in ("false", "! true", "/bin/false", ":&&false"):
+        return True
+    compared = re.fullmatch(r"\[\[?\s*\"?(\d+)\"?\s*(-eq|==?)\s*\"?(\d+)\"?\s*\]\]?", condition)
+    return bool(compared and int(compared.group(1)) != int(compared.group(3)))
+
+
+def _check_preemption(text, number, line, options, torchrun):
+    commands = walk(text)
+    if torchrun:
+        _check_torchrun_signals(text, line)
+    to_batch = options.get("signal", "").startswith("B:")
+    if to_batch:
+        if not any(command.words[0] == "trap" and re.search(r"\b(SIG)?USR1\b|\b10\b", " ".join(command.words[1:]))
+                   for command in commands):
             fail("ex.ddp_job.no_trap")
         if not line.rstrip().endswith("&"):
             fail("ex.ddp_job.foreground")
-    if not re.search(r"scontrol\s+requeue", text):
+    waits = [command for command in commands if command.line >= number and command.words[0] == "wait"]
+    if line.rstrip().endswith("&") and not waits:
+        fail("ex.ddp_job.no_wait")
+    if to_batch and len(waits) < 2 and not any(command.loops for command in waits):
+        fail("ex.ddp_job.wait_once", line=waits[0].line)
+    requeues = [command for command in commands
+                if command.words[0] == "scontrol" and "requeue" in command.words[1:2]]
+    if not requeues:
         fail("ex.ddp_job.no_requeue")
-
+    blocked = []
+    for requeue in requeues:
+        same_line = re.search(r"([^;&|]*)&&\s*scontrol\s+requeue", requeue.code)
+        guards = requeue.guards + ((same_line.group(1).strip(),) if same_line else ())
+        never = [guard for guard in guards if _never(guard)]
+        only_75 = [guard for guard in guards if torchrun and _SEVENTY_FIVE.search(guard)]
+        if not never and not only_75:
+            return  # a requeue that can fire
+        blocked.append(("ex.ddp_job.requeue_never", requeue.line, never[0]) if never else
+                       ("ex.ddp_job.requeue_75", requeue.line, only_75[0]))
+    key, line_, condition = blocked[0]
+    fail(key, line=line_, condition=condition)
 
 def _bash_n(text):
     done = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=10)
@@ -198,25 +295,38 @@ def _bash_n(text):
         fail("ex.ddp_job.syntax", error=" ".join(done.stderr.strip().splitlines()[:2]))
 
 
-def test_only(text: str) -> str:
-    """``sbatch --test-only`` on ``text`` where a SLURM answers (:func:`ddp_tutorial.slurm.jobs.test_only`): its
-    answer line, or "" when none is here. A refusal fails the check with sbatch's own words."""
+def ask_slurm(text: str, partition: str) -> str:
+    """What SLURM says of ``text``, as the grade's last part: ``sbatch --test-only``'s answer
+    (:func:`ddp_tutorial.slurm.jobs.test_only`) where a SLURM answers and lists ``partition``; else why it was
+    not asked (no SLURM here, no such partition here, no answer within the bound). A refusal fails the check
+    with sbatch's own words. The job's partition is ``SBATCH_PARTITION`` where it is set, as for sbatch."""
     from ..i18n import TutorialError
-    from ..slurm.jobs import test_only as sbatch_test_only
-    if shutil.which("sbatch") is None:
-        return ""
-    with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as handle:
-        handle.write(text)
+    from ..slurm.jobs import run_command, test_only
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return t("ex.ddp_job.no_slurm")
+    partition = os.environ.get("SBATCH_PARTITION") or partition
+    command = ["sinfo", "-h", "-p", partition, "-o", "%P"]
+    seconds = SINFO_SECONDS
     try:
-        said = sbatch_test_only(handle.name)
+        if not run_command(command, timeout=seconds).stdout.strip():
+            return t("ex.ddp_job.no_partition_here", partition=partition)
+        with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as handle:
+            handle.write(text)
+        command, seconds = ["sbatch", "--test-only"], SBATCH_SECONDS
+        try:
+            said = test_only(handle.name, timeout=seconds)
+        finally:
+            os.unlink(handle.name)
     except TutorialError as error:
-        said = str(error.fields.get("detail", ""))
-        if error.key != "slurm.command_failed" or any(words in said for words in _NO_SLURM):
-            return ""  # no answer in time, or no SLURM controller to ask
-        fail("ex.ddp_job.sbatch_refused", error=said)
-    finally:
-        os.unlink(handle.name)
-    return said.splitlines()[-1] if said else "ok"
+        detail = str(error.fields.get("detail", ""))
+        if error.key == "slurm.command_timeout" or any(words in detail for words in _SILENT):
+            return t("ex.ddp_job.slurm_silent", command=" ".join(command[:2]), seconds=seconds)
+        if error.key != "slurm.command_failed" or any(words in detail for words in _NO_SLURM):
+            return t("ex.ddp_job.no_slurm")
+        if command[0] == "sinfo":
+            return t("ex.ddp_job.not_asked", command="sinfo", detail=detail)
+        fail("ex.ddp_job.sbatch_refused", error=detail)
+    return t("ex.ddp_job.accepted", answer=said.splitlines()[-1] if said else "ok")
 
 
 def _grade(text):
@@ -224,16 +334,16 @@ def _grade(text):
         fail("ex.ddp_job.type", got=type(text).__name__)
     if text.strip() == SKELETON.strip():
         raise NotDone()
-    _check_text(text)
-    line, torchrun = _launch(text)
-    options = _check_allocation(text, torchrun)
+    _check_bytes(text)
+    options = _check_text(text)
+    number, line, torchrun = _launch(text)
+    _check_allocation(options, torchrun)
     _check_rendezvous(text)
     _check_launch(text, line, torchrun)
-    _check_preemption(text, line, options)
+    _check_preemption(text, number, line, options, torchrun)
     _bash_n(text)
-    accepted = test_only(text)
+    sbatch = ask_slurm(text, options["partition"])
     layout = t("ex.ddp_job.torchrun" if torchrun else "ex.ddp_job.per_gpu")
-    sbatch = t("ex.ddp_job.accepted", answer=accepted) if accepted else t("ex.ddp_job.no_slurm")
     return {"layout": layout, "sbatch": sbatch}
 
 
@@ -248,13 +358,17 @@ Path("runs").mkdir(exist_ok=True)
 # GPU başına 10 çekirdek (akya-cuda: 40/4);
 # USR1, süre dolmadan 300 s önce betiğe (B:) gelir.
 # Sonra: MASTER_ADDR düğüm listesinden, port iş numarasından, srun çekirdekleri bilsin,
-# bir rank ölünce iş bitsin (--kill-on-bad-exit), c10d buluşması; srun arka planda (&),
-# tuzak (trap) USR1'i ona iletir ve iş yeniden kuyruğa girer.‖#SBATCH: 2 nodes × 4 GPUs, one torchrun per node,
+# bir rank ölünce iş bitsin (--kill-on-bad-exit), c10d buluşması; torchrun USR1'i işçilerine iletsin
+# (--signals-to-handle: torchrun 2.14 TORCHELASTIC_SIGNALS_TO_HANDLE değişkenini bu seçenekle ezer);
+# srun arka planda (&), tuzak (trap) USR1'i ona iletir, wait srun bitene dek bekler
+# ve iş yeniden kuyruğa girer.‖#SBATCH: 2 nodes × 4 GPUs, one torchrun per node,
 # 10 cores per GPU (akya-cuda: 40/4);
 # USR1 reaches the script (B:) 300 s before the time limit.
 # Then: MASTER_ADDR from the node list, the port from the job id, srun told the cores,
-# one dead rank ends the job (--kill-on-bad-exit), c10d rendezvous; srun in the background (&),
-# the trap passes USR1 on to it and the job requeues itself.⟫
+# one dead rank ends the job (--kill-on-bad-exit), c10d rendezvous; torchrun passes USR1 on to its workers
+# (--signals-to-handle: torchrun 2.14 overwrites TORCHELASTIC_SIGNALS_TO_HANDLE from this option);
+# srun in the background (&), the trap passes USR1 on to it, wait waits until srun has ended
+# and the job requeues itself.⟫
 ddp_job = """#!/bin/bash
 #SBATCH --job-name=ddp-own
 #SBATCH --partition=akya-cuda
@@ -271,11 +385,11 @@ export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 export OMP_NUM_THREADS=10
-export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1
 
 srun --kill-on-bad-exit=1 python -m torch.distributed.run \\
     --nnodes "$SLURM_NNODES" --nproc-per-node 4 \\
     --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \\
+    --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \\
     --max-restarts 0 train.py &
 STEP=$!
 STOP=0

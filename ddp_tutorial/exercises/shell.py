@@ -1,0 +1,230 @@
+"""Reading a job script as bash runs it, for the checks of notebook 05: comments and continuation lines,
+its simple commands with the blocks around them, and the port a ``MASTER_PORT=…`` value gives for a job id
+(integers, ``$((…))`` arithmetic, ``$SLURM_JOB_ID`` and its substrings; nothing is run)."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+_KEYWORDS = {"if", "then", "do", "else", "elif", "while", "until", "!", "{", "(", "time"}
+JOB_ID_NAMES = ("SLURM_JOB_ID", "SLURM_JOBID")
+
+
+def _without_comment(line):
+    """``line`` as bash runs it: an unquoted ``#`` at the start of a word begins a comment."""
+    quote, index = None, 0
+    while index < len(line):
+        char = line[index]
+        if char == "\\" and quote != "'":
+            index += 2
+            continue
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or line[index - 1].isspace() or line[index - 1] in ";&|("):
+            return line[:index].rstrip()
+        index += 1
+    return line
+
+
+def code_lines(text):
+    """(first line number, line) of every command line bash runs: continuations (``\\`` + newline) joined,
+    comments, blank and #SBATCH lines left out."""
+    lines, pending, start = [], "", None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not pending and (not line.strip() or line.strip().startswith("#")):
+            continue
+        start = number if start is None else start
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        code = _without_comment(pending + line)
+        if code.strip():
+            lines.append((start, code))
+        pending, start = "", None
+    if pending.strip():
+        lines.append((start, _without_comment(pending)))
+    return lines
+
+
+def _commands(code):
+    """The simple commands of a code line, each as its words: split at unquoted ``;``, ``&``, ``&&``,
+    ``||`` and ``|`` (not ``2>&1``), the keywords that lead into a command (if, then, do, …) each on its own."""
+    pieces, quote, start, index = [], None, 0, 0
+    while index < len(code):
+        char = code[index]
+        if char == "\\" and quote != "'":
+            index += 2
+            continue
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in ";&|" and not (char == "&" and (code[index - 1:index] in "<>" and index > 0
+                                                   or code[index + 1:index + 2] == ">")):
+            pieces.append(code[start:index])
+            while code[index + 1:index + 2] in ("&", "|") and code[index + 1:index + 2] != "":
+                index += 1
+            start = index + 1
+        index += 1
+    pieces.append(code[start:])
+    commands = []
+    for piece in pieces:
+        words = piece.split()
+        while words and words[0] in _KEYWORDS:
+            commands.append([words.pop(0)])
+        if words:
+            commands.append(words)
+    return commands
+
+
+class Command(NamedTuple):
+    line: int          # where its code line starts
+    code: str          # that code line
+    words: list        # the command's words
+    depth: int         # how many blocks (if, loop, case, { … }) it is in
+    loops: int         # how many of them are while/until/for loops
+    guards: tuple      # the conditions of the ifs it is in (not those of an else)
+
+
+def walk(text):
+    """Every simple command of the script, in order, with the loops and ifs around it."""
+    blocks, walked = [], []  # blocks: [kind, condition]; an if's condition is None until its first command
+    for number, code in code_lines(text):
+        for words in _commands(code):
+            first = words[0]
+            if first in ("if", "while", "until", "for", "case") or first == "{" or words[-1] == "{":
+                blocks.append([first if first in ("if", "while", "until", "for", "case") else "{", None])
+                if first != "for" and first != "case":
+                    continue
+            if first in ("fi", "done", "esac", "}"):
+                if blocks:
+                    blocks.pop()
+                continue
+            if first in ("elif", "else") and blocks:
+                blocks[-1][1] = None if first == "elif" else ""
+                continue
+            if blocks and blocks[-1][0] == "if" and blocks[-1][1] is None and first not in _KEYWORDS:
+                blocks[-1][1] = " ".join(words)
+                continue
+            if first in _KEYWORDS or first in ("for", "case"):
+                continue
+            walked.append(Command(number, code, words, depth=len(blocks),
+                                   loops=sum(kind in ("while", "until", "for") for kind, _ in blocks),
+                                   guards=tuple(cond for kind, cond in blocks if kind == "if" and cond)))
+    return walked
+
+
+_ARITHMETIC = re.compile(r"\s*(?:(\d+)|\$?\{?([A-Za-z_]\w*)\}?|(\*\*|[-+*/%()]))")
+
+
+def arithmetic(expression, job_id):
+    """The value of a bash ``$((…))`` expression over the job id: integers, + - * / % ** and parentheses,
+    as bash computes them (C's truncating division); ``None`` for anything else."""
+    tokens, position = [], 0
+    expression = expression.strip()
+    while position < len(expression):
+        match = _ARITHMETIC.match(expression, position)
+        if not match or match.end() == position:
+            return None
+        number, name, operator = match.groups()
+        if name is not None and name not in JOB_ID_NAMES:
+            return None
+        if number is not None and len(number) > 1 and number.startswith("0"):
+            return None  # bash reads it as octal
+        tokens.append(int(number) if number else job_id if name else operator)
+        position = match.end()
+        while position < len(expression) and expression[position].isspace():
+            position += 1
+
+    def value(index, level):
+        """(value, next index) of the operators of ``level`` and above, from ``tokens[index]``."""
+        if level == 3:
+            token = tokens[index] if index < len(tokens) else None
+            if token in ("-", "+"):
+                operand, index = value(index + 1, 3)
+                return (-operand if token == "-" else operand), index
+            if token == "(":
+                inner, index = value(index + 1, 0)
+                if index >= len(tokens) or tokens[index] != ")":
+                    raise ValueError
+                return inner, index + 1
+            if isinstance(token, int):
+                return token, index + 1
+            raise ValueError
+        if level == 2:
+            base, index = value(index, 3)
+            if index < len(tokens) and tokens[index] == "**":
+                exponent, index = value(index + 1, 2)
+                if not 0 <= exponent < 64:
+                    raise ValueError
+                return base ** exponent, index
+            return base, index
+        result, index = value(index, level + 1)
+        operators = ("+", "-") if level == 0 else ("*", "/", "%")
+        while index < len(tokens) and tokens[index] in operators:
+            operator = tokens[index]
+            operand, index = value(index + 1, level + 1)
+            if operator in "/%" and operand == 0:
+                raise ValueError
+            quotient = abs(result) // abs(operand) * (1 if (result >= 0) == (operand >= 0) else -1) \
+                if operator in "/%" else 0
+            result = {"+": result + operand, "-": result - operand, "*": result * operand,
+                      "/": quotient, "%": result - quotient * operand}[operator]
+        return result, index
+
+    try:
+        result, end = value(0, 0)
+    except (ValueError, IndexError, TypeError):
+        return None
+    return result if end == len(tokens) else None
+
+
+_PARAMETER = re.compile(r"\$\{([A-Za-z_]\w*)(?::(\s*\d+|\s+-\d+|\s*\(\s*-?\d+\s*\))(?::\s*(\d+))?)?\}")
+_WORD_PART = re.compile(r'"|(\d+)|(\$\(\()|' + _PARAMETER.pattern + r"|\$([A-Za-z_]\w*)")
+
+
+def _parameter(name, offset, length, job_id):
+    """``${name}``, ``${name: -4}``, ``${name:1:3}`` of the job id as bash expands it; ``None`` for another name."""
+    if name not in JOB_ID_NAMES:
+        return None
+    shown = str(job_id)
+    if offset is not None:
+        start = int(offset.strip().strip("()"))
+        start = max(len(shown) + start, 0) if start < 0 else start
+        shown = shown[start:start + int(length)] if length is not None else shown[start:]
+    return shown
+
+
+def port_for(value, job_id):
+    """The port ``MASTER_PORT=value`` gives for ``job_id``: digits, ``$((…))``, ``$SLURM_JOB_ID`` and
+    ``${SLURM_JOB_ID: -4}`` joined as bash joins them; ``None`` where this reading cannot tell."""
+    text, position = "", 0
+    while position < len(value):
+        match = _WORD_PART.match(value, position)
+        if not match:
+            return None
+        digits, opens_arithmetic, name, offset, length, plain = match.groups()
+        position = match.end()
+        if opens_arithmetic:
+            depth, end = 2, position
+            while end < len(value) and depth:
+                depth += {"(": 1, ")": -1}.get(value[end], 0)
+                end += 1
+            if depth:
+                return None
+            inner = _PARAMETER.sub(lambda found: _parameter(*found.groups(), job_id) or "?", value[position:end - 2])
+            computed = arithmetic(inner, job_id)
+            if computed is None:
+                return None
+            text, position = text + str(computed), end
+        elif digits is not None:
+            text += digits
+        elif (name or plain) is not None:
+            shown = _parameter(name or plain, offset, length, job_id)
+            if shown is None:
+                return None
+            text += shown
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
