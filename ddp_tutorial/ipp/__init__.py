@@ -36,6 +36,8 @@ entry point checks ``torch.cuda.is_initialized()`` and refuses.
 from __future__ import annotations
 
 import atexit
+import math
+import numbers
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -53,6 +55,43 @@ __all__ = ["EngineSet", "check_kernel_has_no_cuda", "current", "gpu_count", "run
 DEFAULT_TIMEOUT = 3600.0  # wall-clock bound of one train() call (seconds); None: no bound
 
 atexit.register(stop_silently)  # a kernel that exits cleanly takes its engines along
+
+
+PG_TIMEOUT_MAX = 7 * 24 * 3600.0  # the training's own bound (config.timeout)
+
+
+def _seconds(value) -> Optional[float]:
+    """``value`` as a finite number of seconds > 0, else None (a bool, a string, nan, inf, ≤ 0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def _checked_timeout(timeout) -> Optional[float]:
+    """The whole call's wall-clock bound: a finite number of seconds > 0, or None (no bound); checked
+    before any engine starts (``nan`` compared false everywhere and meant "no bound" without a word)."""
+    if timeout is None:
+        return None
+    seconds = _seconds(timeout)
+    if seconds is None:
+        raise TutorialError("ipp.bad_timeout", value=timeout)
+    return seconds
+
+
+def _checked_pg_timeout(pg_timeout) -> float:
+    """The process group's timeout: a finite number of seconds > 0, at most a week; checked before any
+    engine starts (a bad one ended both engines through the rendezvous watchdog, "exited with code 2")."""
+    seconds = _seconds(pg_timeout)
+    if seconds is None or seconds > PG_TIMEOUT_MAX:
+        raise TutorialError("ipp.bad_pg_timeout", value=pg_timeout, most=int(PG_TIMEOUT_MAX))
+    return seconds
+
+
+def _absolute(path: Optional[str]) -> Optional[str]:
+    """``path`` from the kernel's folder (the engines share this machine's files, not its working
+    directory); an empty path stays empty: validation refuses it."""
+    return str(Path(path).expanduser().resolve()) if path and path.strip() else path
 
 
 def start(n: Optional[int] = None, device: str = "auto") -> EngineSet:
@@ -92,12 +131,12 @@ def train(config: Optional[TrainConfig] = None, n: Optional[int] = None, keep: b
     bar is drawn here (``progress=False`` turns it off).
     """
     check_kernel_has_no_cuda()
+    timeout = _checked_timeout(timeout)
     config = replace(config or TrainConfig(), **overrides)
-    # The engines share this machine's files: give them absolute paths.
-    json = config.json  # an empty path stays empty: validation refuses it
+    # The engines share this machine's files, not the kernel's working directory: absolute paths.
     config = replace(config, root=str(Path(config.root).expanduser().resolve()),
-                     progress=config.progress is not False,
-                     json=str(Path(json).expanduser().resolve()) if json and json.strip() else json).validated()
+                     progress=config.progress is not False, json=_absolute(config.json),
+                     checkpoint_dir=_absolute(config.checkpoint_dir)).validated()
     engines = start(n, device=device if config.device == "auto" else config.device)
     return runner.launch(engines, n, keep, timeout, lambda place: (remote.train_on_engine, (config, place)))
 
@@ -177,6 +216,7 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
     """
     check_kernel_has_no_cuda()
     output = _checked_output(output)
+    timeout, pg_timeout = _checked_timeout(timeout), _checked_pg_timeout(pg_timeout)
     in_group = notebook_style(function) if group is None else bool(group)
     if in_group and not _takes_env(function):
         raise TutorialError("ipp.group_needs_env", name=getattr(function, "__name__", repr(function)))
@@ -206,6 +246,7 @@ def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bo
     from ..script_check import read_script
     check_kernel_has_no_cuda()
     output = _checked_output(output)
+    timeout = _checked_timeout(timeout)
     script = Path(path).expanduser().resolve()
     report = read_script(script)
     if report.convention == "per-node":

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from typing import Optional
 
 from ..i18n import TutorialError, t
@@ -48,16 +49,61 @@ def _stop_everything(cluster, client) -> None:
             quiet_since = time.monotonic()
 
 
+# Every engine of a set, and every process its calls start (a script's helper in a session of its own,
+# reparented to init once the engine goes), carries this variable with the set's own value.
+MARKER_VARIABLE = "DDP_TUTORIAL_ENGINE_SET"
+
+
+def new_marker() -> str:
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def marked(marker: str) -> list:
+    """psutil handles of this machine's processes whose environment carries ``marker`` (Linux's
+    /proc/PID/environ: the environment a process started with; only our own processes are readable)."""
+    import psutil
+    needle = f"\0{MARKER_VARIABLE}={marker}\0".encode()
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in b"\0" + f.read() + b"\0":
+                    found.append(psutil.Process(int(name)))
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
 class LocalEngines(es.EngineSet):
     """Engines that are processes of this machine: alive means their pid is."""
 
     controller_processes: list = []  # the controller and its schedulers, found at the start
+    marker: str = ""                 # the value of MARKER_VARIABLE in the engines' environment
+
+    def started_by_calls(self, descendants: bool = True) -> list:
+        """What the calls started on the engines and left running: the processes that carry the set's
+        marker (a helper whose engine is gone has ppid 1) and, with ``descendants``, the engines' children
+        now (a helper started with an environment of its own)."""
+        import psutil
+        found = marked(self.marker) if self.marker else []
+        for process in self.processes if descendants else []:
+            try:
+                if process.is_running():  # the same process as at the start, not a reused pid
+                    found += process.children(recursive=True)
+            except psutil.Error:
+                pass
+        known = {p.pid for p in self.processes + self.controller_processes}
+        return [p for p in found if p.pid not in known]
 
     def stop(self, force: bool = False) -> list:
-        """Stop the engines and the controller; a controller that died leaves its schedulers as
-        orphans (ppid 1): they are killed too, before the watchdog is released."""
+        """Stop the engines and the controller, then what the calls started on the engines; a controller
+        that died leaves its schedulers as orphans (ppid 1): they are killed too, before the watchdog is
+        released."""
+        started = self.started_by_calls()
         leftover = es.shutdown(self.cluster, self.client, self.processes, force=force)
-        leftover += es.kill(self.controller_processes)
+        leftover += es.kill(self.controller_processes + started + self.started_by_calls(descendants=False))
         if self.guard is not None:
             self.guard.release()
         return leftover
@@ -148,14 +194,16 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
     client = None
     guard = None
     registered = [0]
+    marker = new_marker()
     try:
         with Registering(n, lambda: registered[0]):
             # ipyparallel's start_cluster, with the engines' own environment (CPU engines see no GPU)
             cluster.start_controller_sync()
             time.sleep(cluster.delay or 0)
-            cluster.start_engines_sync(n, environment=CPU_ENGINE_ENVIRONMENT if kind == "cpu" else {})
+            environment = {MARKER_VARIABLE: marker, **(CPU_ENGINE_ENVIRONMENT if kind == "cpu" else {})}
+            cluster.start_engines_sync(n, environment=environment)
             # Guarded from now on: a kernel killed while the engines register takes them along.
-            guard = Guard([p.pid for p in _family(cluster)])
+            guard = Guard([p.pid for p in _family(cluster)], files=[cluster.cluster_file])
             client = cluster.connect_client_sync()
             deadline = time.monotonic() + es.START_TIMEOUT
             while len(client.ids) < n:  # our own wait: the display shows the count as it grows
@@ -182,6 +230,7 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
     engines = LocalEngines(cluster=cluster, client=client, ids=ids, pids=pids, device=kind, processes=processes,
                            guard=guard)
     engines.controller_processes = controller
+    engines.marker = marker
     client[ids].apply_async(remote.warm_up)  # imports, while the notebook goes on
     es.keep(engines)
     print(t("ipp.started", n=n, seconds=time.perf_counter() - began, pids=pids, device=kind), flush=True)

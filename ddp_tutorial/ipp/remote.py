@@ -91,11 +91,38 @@ def interface_for(address: str) -> Optional[str]:
     return None
 
 
+IFNAME_VARIABLE = "DDP_TUTORIAL_IFNAME"
+
+
+def interfaces_with_address() -> List[str]:
+    """This machine's network interfaces that hold an IPv4 or IPv6 address (what gloo can use)."""
+    import psutil  # installed with ipyparallel
+    families = (socket.AF_INET, socket.AF_INET6)
+    return sorted(name for name, addresses in psutil.net_if_addrs().items()
+                  if any(a.family in families for a in addresses))
+
+
+def check_interface(name: str) -> None:
+    """Refuse ``DDP_TUTORIAL_IFNAME`` naming no interface of this machine with an address, in one line
+    that names the variable (gloo's own text is an ``enforce fail`` deep in its sources)."""
+    try:
+        present = interfaces_with_address()
+    except (ImportError, OSError):
+        return
+    if name not in present:
+        from ..i18n import t
+        raise RuntimeError(t("ipp.bad_ifname", variable=IFNAME_VARIABLE, name=name, host=socket.gethostname(),
+                             names=", ".join(present)))
+
+
 def use_interface(master_addr: str) -> Optional[str]:
     """Set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME by :func:`interface_for` for a rank 0 on another
-    node, unless set (``DDP_TUTORIAL_IFNAME`` sets both); nothing for a rank 0 on this machine."""
-    chosen = os.environ.get("DDP_TUTORIAL_IFNAME")
-    if not chosen:
+    node, unless set (``DDP_TUTORIAL_IFNAME`` sets both, once checked: :func:`check_interface`); nothing
+    for a rank 0 on this machine."""
+    chosen = os.environ.get(IFNAME_VARIABLE)
+    if chosen:
+        check_interface(chosen)
+    else:
         if master_addr.startswith("127.") or master_addr == "localhost":
             return None
         chosen = interface_for(master_addr)
@@ -277,9 +304,17 @@ def launcher_environment(place: Place, slurm_names: bool = False) -> dict:
     return {key: str(value) for key, value in values.items()}
 
 
+def _working_directory() -> Optional[str]:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed under us: nothing to go back to
+        return None
+
+
 class LauncherEnvironment:
-    """Set the launcher's variables and ``sys.argv`` for one call, and put back what was there after it
-    (the engines are reused between calls: nothing of one call may leak into the next). The process
+    """Set the launcher's variables and ``sys.argv`` for one call, and put back what was there after it,
+    with the working directory (the engines are reused between calls: nothing of one call may leak into
+    the next; a script's ``os.chdir`` would send a later call's relative paths elsewhere). The process
     group the function leaves open is destroyed, as the end of a torchrun process would."""
 
     def __init__(self, place: Place, argv: Optional[List[str]], slurm_names: bool = False):
@@ -289,6 +324,7 @@ class LauncherEnvironment:
     def __enter__(self):
         self.saved = {key: os.environ.get(key) for key in self.values}
         self.saved_argv = list(sys.argv)
+        self.saved_cwd = _working_directory()
         os.environ.update(self.values)
         if self.argv is not None:
             sys.argv[:] = list(self.argv)
@@ -306,6 +342,11 @@ class LauncherEnvironment:
                 else:
                     os.environ[key] = value
             sys.argv[:] = self.saved_argv
+            if self.saved_cwd is not None and _working_directory() != self.saved_cwd:
+                try:
+                    os.chdir(self.saved_cwd)
+                except OSError:  # removed meanwhile: stay where the call left us
+                    pass
         return False
 
 
@@ -363,8 +404,10 @@ def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: 
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as stop:
                 code = stop.code
-                if code not in (None, 0):
-                    raise RuntimeError(t("ipp.script_exit", path=path, code=code)) from None
+                if isinstance(code, int) and code != 0:
+                    raise RuntimeError(t("ipp.script_exit", path=path, code=int(code))) from None
+                if code is not None and not isinstance(code, int):  # sys.exit("text"): Python's exit code 1
+                    raise RuntimeError(t("ipp.script_exit_text", path=path, text=str(code))) from None
     finally:
         os._exit = real_exit
         if sys.path and sys.path[0] == folder:
@@ -393,11 +436,14 @@ def hold_master_port(addr: str) -> int:
     and fails with "port in use" against our own server (a CI run: every capstone test). So the held
     port is tried here as ``init_process_group`` will try it; a failed try removes the dead entry, and the
     server is made again on that port, now entered. The previous call's server is let go only after the new
-    one is up, so the kernel cannot hand its port straight back."""
+    one is up, so the kernel cannot hand its port straight back.
+
+    The server listens on ``addr`` only (127.0.0.1 for local engines), not on every interface: it stays
+    up while the kernel idles, and a store answers whoever connects (:func:`_listener`)."""
     previous, port = list(_HELD_STORE), 0
     for _ in range(HOLD_TRIES):
         try:
-            store = _store(addr, port, client_timeout=60.0)
+            store = _store(addr, port, client_timeout=60.0, listener=_listener(addr, port))
         except Exception:  # noqa: BLE001 - the port let go below was taken in between: any free one
             port = 0
             continue
@@ -409,12 +455,33 @@ def hold_master_port(addr: str) -> int:
     raise RuntimeError(f"no port could be held for rank 0 at {addr} ({HOLD_TRIES} tries)")
 
 
-def _store(addr: str, port: int, client_timeout: float):
+def _listener(addr: str, port: int) -> Optional[socket.socket]:
+    """A listening socket bound to ``addr`` alone, for the store server to take over (torch's own server
+    listens on every interface); None when ``addr`` is not one of this machine's (then torch's)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        return socket.create_server((addr, port), family=family, backlog=128)
+    except OSError:
+        return None
+
+
+def _store(addr: str, port: int, client_timeout: float, listener: Optional[socket.socket] = None):
+    """A multi-tenant store server on ``port``; with ``listener``, on that socket (the server owns it then:
+    it closes it when it ends)."""
     from datetime import timedelta
 
     import torch.distributed as dist
-    return dist.TCPStore(addr, port, is_master=True, wait_for_workers=False, multi_tenant=True,
-                         timeout=timedelta(seconds=client_timeout))
+    options = dict(is_master=True, wait_for_workers=False, multi_tenant=True,
+                   timeout=timedelta(seconds=client_timeout))
+    if listener is None:
+        return dist.TCPStore(addr, port, **options)
+    try:
+        store = dist.TCPStore(addr, listener.getsockname()[1], master_listen_fd=listener.fileno(), **options)
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()
+    return store
 
 
 def _reused(addr: str, port: int) -> bool:

@@ -97,7 +97,10 @@ def _look(engines: es.EngineSet, pending: dict, results: dict, failures: list) -
                 results[rank] = ar.get()
             except Exception as error:  # noqa: BLE001 - a remote error, reported below
                 text = remote_error_text(error)
-                if classify_failure(text) == "lost_peer":  # a symptom of another rank's failure
+                if engines.is_stopped(rank):  # ipyparallel's heartbeat calls a stopped engine dead: it is not
+                    failures.append((-1, t("ipp.cause_silent", rank=rank, engine=ids[rank], pid=pids[rank],
+                                           how=t("ipp.silent_stopped"))))
+                elif classify_failure(text) == "lost_peer":  # a symptom of another rank's failure
                     failures.append((2, t("ipp.cause_lost", rank=rank, engine=ids[rank])))
                 else:
                     failures.append((1, t("ipp.cause_raised", rank=rank, engine=ids[rank], error=text)))
@@ -129,6 +132,16 @@ def _fail(engines: es.EngineSet, n: int, failures: list) -> None:
     if leftover:
         cause += "; " + t("ipp.leftover", pids=leftover)
     raise TutorialError("ipp.failed", n=n, cause=cause)
+
+
+def check_none_stopped(engines: es.EngineSet, n: int) -> None:
+    """Before a call: an engine stopped since the last one (SIGSTOP, Ctrl-Z) cannot take part; named as
+    such at once (it would otherwise be called dead by ipyparallel's heartbeat, half a minute later)."""
+    ids, pids = engines.ids, engines.pids
+    stopped = [rank for rank in range(n) if engines.is_stopped(rank)]
+    if stopped:
+        _fail(engines, n, [(0, t("ipp.cause_stopped", rank=rank, engine=ids[rank], pid=pids[rank]))
+                           for rank in stopped])
 
 
 def run_everywhere(engines: es.EngineSet, n: int, make_call: Callable[[int], tuple],
@@ -189,6 +202,7 @@ def launch(engines: es.EngineSet, n: Optional[int], keep: bool, timeout: Optiona
     run ``task(place)`` (a (function, args) pair) everywhere, and stop the engines afterwards
     unless ``keep``."""
     n = engines.size if n is None else n
+    check_none_stopped(engines, n)
     port, lang, use_cuda = engines.master_port(), language(), engines.device == "cuda"
 
     def place(rank: int) -> Place:
