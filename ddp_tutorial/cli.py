@@ -118,6 +118,14 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_to_devnull() -> None:
+    """After stdout's reader has left: what is still buffered goes nowhere, without an error at exit."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
@@ -128,11 +136,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser = build_parser(only=command if command in COMMANDS else "")
         args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that left (`… | head -1`) shows here, not in the interpreter's last flush
+        return code
     except TutorialError as error:
         print(f"{t('error.prefix')}: {error}", file=sys.stderr, flush=True)
         return error.exit_code
     except OSError as error:  # a path the user gave that cannot be used: say which and why, no traceback
+        if isinstance(error, BrokenPipeError) and error.filename is None:
+            _stdout_to_devnull()  # stdout's reader left (`| head -1`): it has what it wanted; quiet, like --help
+            return exits.OK
         path = error.filename2 or error.filename or "?"
         print(f"{t('error.prefix')}: {t('cli.os_error', path=path, why=error.strerror or error)}",
               file=sys.stderr, flush=True)

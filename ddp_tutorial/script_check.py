@@ -7,27 +7,36 @@ A DDP script is written for one *convention*, the way it learns who it is:
   rank: ``env://``); fits torchrun, ``slurm render --template torchrun`` or ``per-gpu``, ``ipp.run_script``;
 * ``slurm`` — reads ``SLURM_PROCID``/``SLURM_LOCALID`` … and not ``RANK``; fits one SLURM task per process
   (``--template per-gpu``) and ``ipp.run_script`` (which then sets the SLURM names);
-* ``either`` — reads both sets: fits all of them;
+* ``either`` — reads both sets. Which one wins is read from the order: the set read first (``if
+  "SLURM_PROCID" in os.environ: … else: … RANK``, ``os.environ.get("RANK", os.environ.get("SLURM_PROCID"))``).
+  RANK first fits every launcher; SLURM_PROCID first fits ``per-gpu`` and ``ipp.run_script`` (there srun's and
+  torchrun's numbers agree), not the torchrun template: each of its workers inherits its srun task's
+  SLURM_PROCID, so the workers of a node all take the same rank;
 * ``per-node`` — starts its own processes (``mp.spawn``), like the seed's per-node parent: one task per
   node, ``--template per-gpu --nproc-per-node 1``;
 * ``unknown`` — reads none of these: nothing to check (every process may think it is rank 0).
 
-Under the torchrun template a ``slurm`` script hangs (``SLURM_PROCID`` is then the *node*'s number:
-two processes per node both say "rank 0"), so :func:`template_problem` refuses it at render time.
+Under the torchrun template a ``slurm`` script, or an ``either`` one that reads SLURM_PROCID first, hangs
+(``SLURM_PROCID`` is then the *node*'s number: two processes per node both say "rank 0"), so
+:func:`template_problem` refuses it at render time. A name read only to be printed or logged
+(``print(os.environ.get("SLURM_PROCID"))``, or a variable used only so) and a name written
+(``os.environ["RANK"] = …``) are not where the script learns its rank.
 The findings (:func:`read_script`) are the lines a CUDA-only script changes to run on a CPU too
-(docs/own-script.md): ``set_device``, ``device_ids``, ``.to(local_rank)`` / ``.cuda()``, a hard-coded
-``"nccl"``, a ``device_count()`` assert, ``--local_rank`` (torch.distributed.launch), and a process group
-that is never destroyed.
+(docs/own-script.md): ``set_device``, ``device_ids``, ``.to(local_rank)`` / ``.cuda()`` and any GPU
+number used as a device (``.to(args.gpu)``, ``device=args.gpu``, or passed to a function that does so),
+a hard-coded ``"nccl"``, a ``device_count()`` assert, ``--local_rank`` (torch.distributed.launch), and a
+process group that is never destroyed. The reading is linear in the script's length.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from . import launch_env as names
 from .i18n import TutorialError, t
@@ -60,8 +69,10 @@ _CUDA_LINES: Tuple[Tuple[str, re.Pattern], ...] = (
     ("device_count_assert", re.compile(r"^\s*assert\b.*device_count\s*\(")),
     ("cuda_call", re.compile(r"\bcuda\.(synchronize|current_device|max_memory_allocated|memory_allocated|"
                              r"get_device_name|get_device_properties)\s*\(")),
-    ("to_cuda", re.compile(r"""\.cuda\s*\(|\.to\s*\(\s*(?:f?["']cuda|(?:self\.)?(?:local_rank|gpu_id|gpu|rank|"""
-                           r"""device_id|local_gpu)\s*[,)])|\btorch\.device\s*\(\s*f?["']cuda|=\s*f?["']cuda(?::[^"']*)?["']""")),
+    ("to_cuda", re.compile(r"""\.cuda\s*\(|\.to\s*\(\s*(?:f?["']cuda|(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|"""
+                           r"""device_id|local_gpu)\s*[,)])|\bdevice\s*=(?!=)\s*(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|"""
+                           r"""device_id|local_gpu)\s*[,)]|\btorch\.device\s*\(\s*f?["']cuda|"""
+                           r"""(?<![=!<>])=\s*f?["']cuda(?::[^"']*)?["']""")),
     ("local_rank_arg", re.compile(r"""add_argument\s*\(\s*["']--local[_-]rank""")),
 )
 
@@ -72,10 +83,12 @@ _FINDING_KEYS = {
     "nccl": "script.finding_nccl", "device_count_assert": "script.finding_device_count_assert",
     "to_cuda": "script.finding_to_cuda", "local_rank_arg": "script.finding_local_rank_arg",
     "no_destroy": "script.finding_no_destroy", "cuda_call": "script.finding_cuda_call",
+    "device_number_arg": "script.finding_device_number_arg",
 }
 _CONVENTION_KEYS = {
     "torchrun": "script.convention_torchrun", "slurm": "script.convention_slurm",
-    "either": "script.convention_either", "per-node": "script.convention_per_node",
+    "either": "script.convention_either", "either-slurm-first": "script.convention_either_slurm_first",
+    "per-node": "script.convention_per_node",
     "unknown": "script.convention_unknown",
 }
 
@@ -97,6 +110,7 @@ class ScriptReport:
     slurm_names: List[str] = field(default_factory=list)
     spawns: bool = False
     inits: bool = False
+    slurm_first: bool = False  # both sets read, and SLURM_PROCID/SLURM_LOCALID before RANK/LOCAL_RANK
     findings: List[Finding] = field(default_factory=list)
 
     @property
@@ -115,40 +129,43 @@ class ScriptReport:
 
     def fitting(self) -> str:
         """The launch that fits, as a command-line fragment."""
+        if self.convention == "either" and self.slurm_first:
+            return "--template per-gpu"  # srun's and torchrun's numbers agree there
         return {"torchrun": "--template torchrun", "either": "--template torchrun",
                 "slurm": "--template per-gpu", "per-node": "--template per-gpu --nproc-per-node 1",
                 "unknown": "--template torchrun"}[self.convention]
 
 
-def _guarded(lines: List[str], index: int) -> bool:
-    """Is line ``index`` inside an ``if``/``elif``/``else`` block that asks for a GPU (or does it ask itself)?"""
-    line = lines[index]
-    if _GUARD.search(line):
-        return True
-    indent = len(line) - len(line.lstrip())
-    for j in range(index - 1, -1, -1):
-        text = lines[j]
-        if not text.strip() or text.lstrip().startswith("#"):
+def _guarded_lines(lines: List[str]) -> List[bool]:
+    """For every line: is it inside an ``if``/``elif``/``else`` block that asks for a GPU (or does it ask
+    itself)? One pass: a stack of the enclosing headers (each line is the header of the more indented lines
+    after it), each knowing whether it or a header around it, up to the nearest ``def``/``class``, asks."""
+    guarded = [False] * len(lines)
+    stack: List[Tuple[int, bool]] = []  # (indentation, guarded inside it), indentations increasing
+    chain: Dict[int, bool] = {}         # indentation → an if/elif of the current chain there asks for a GPU
+    for index, line in enumerate(lines):
+        text = line.strip()
+        if not text or text.startswith("#"):
             continue
-        own = len(text) - len(text.lstrip())
-        if own < indent:
-            header = text.strip()
-            if header.startswith(("if ", "elif ", "else")) and _GUARD.search(header):
-                return True
-            if header.startswith("else") or header.startswith("elif "):
-                # the else of an `if torch.cuda.is_available():` above, at the same indentation
-                for k in range(j - 1, -1, -1):
-                    other = lines[k]
-                    if other.strip() and len(other) - len(other.lstrip()) == own and \
-                            other.strip().startswith(("if ", "elif ")):
-                        if _GUARD.search(other):
-                            return True
-                        if other.strip().startswith("if "):
-                            break
-            if header.startswith(("def ", "class ", "async def ")):
-                return False
-            indent = own
-    return False
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        asks = bool(_GUARD.search(line))
+        guarded[index] = asks or (stack[-1][1] if stack else False)
+        # as a header: an if/elif/else that asks, or the else of an if (elif) that asked, guards its block
+        header_asks = text.startswith(("if ", "elif ", "else")) and asks
+        if text.startswith(("else", "elif ")) and chain.get(indent, False):
+            header_asks = True
+        if text.startswith("if "):
+            chain[indent] = asks
+        elif text.startswith("elif "):
+            chain[indent] = chain.get(indent, False) or asks
+        if text.startswith(("def ", "class ", "async def ")):
+            inside = header_asks
+        else:
+            inside = header_asks or (stack[-1][1] if stack else False)
+        stack.append((indent, inside))
+    return guarded
 
 
 def _without_comments(source: str) -> List[str]:
@@ -167,24 +184,199 @@ def _without_comments(source: str) -> List[str]:
     return lines
 
 
+# Calls whose arguments are only shown: a launcher name read inside one is not a rank source.
+_SHOWS = frozenset({"print", "pprint", "debug", "info", "warning", "warn", "error", "critical", "exception",
+                    "log", "write"})
+# The GPU numbers every script calls so (the to_cuda pattern knows them).
+_NUMBER_NAMES = re.compile(r"^(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|device_id|local_gpu)$")
+
+
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+@dataclass
+class _Tree:
+    """What the syntax tree tells beyond single lines: where each launcher name is first read as a rank
+    source, the expressions that hold a GPU's number, and the calls that pass one on as a device."""
+    reads: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # name → (line, column) of its first read
+    numbers: Set[str] = field(default_factory=set)                   # e.g. "args.gpu", "gpu_id_in_node"
+    number_args: Set[int] = field(default_factory=set)               # line numbers
+
+
+def _nodes(tree: ast.AST) -> Tuple[List[ast.AST], Dict[ast.AST, ast.AST]]:
+    """Every node of the tree and each one's parent, in one walk."""
+    nodes, parents, todo = [], {}, [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+            todo.append(child)
+    return nodes, parents
+
+
+def _ancestors(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
+    while node in parents:
+        node = parents[node]
+        yield node
+        if isinstance(node, ast.stmt):
+            return
+
+
+def _shown_only(node: ast.AST, parents, loads: Dict[str, List[ast.Name]]) -> bool:
+    """Is this read only printed or logged: inside a print/log call, or kept in a variable whose every use
+    is inside one?"""
+    statement = None
+    for above in _ancestors(node, parents):
+        if isinstance(above, ast.Call) and _called(above) in _SHOWS:
+            return True
+        statement = above
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
+            return all(any(isinstance(a, ast.Call) and _called(a) in _SHOWS for a in _ancestors(use, parents))
+                       for use in loads.get(targets[0].id, []))
+    return False
+
+
+def _is_device(value: ast.AST) -> bool:
+    """Is this value a device rather than a GPU's number: ``torch.device(…)``, ``"cuda:0"``, ``f"cuda:{n}"``,
+    or a choice between such?"""
+    if isinstance(value, ast.IfExp):
+        return _is_device(value.body) or _is_device(value.orelse)
+    return isinstance(value, ast.JoinedStr) or isinstance(value, ast.Constant) and isinstance(value.value, str) or \
+        isinstance(value, ast.Call) and _called(value) == "device"
+
+
+def _device_parameters(function: ast.AST) -> Set[str]:
+    """The parameters a function uses as a device: ``.to(p)``, ``.cuda(p)``, ``device=p``."""
+    used = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            if _called(node) in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and \
+                    isinstance(node.args[0], ast.Name):
+                used.add(node.args[0].id)
+            used.update(k.value.id for k in node.keywords if k.arg == "device" and isinstance(k.value, ast.Name))
+    return used
+
+
+def _read_tree(source: str) -> Optional[_Tree]:
+    """The tree's reading, or None when the source does not parse (then the lines alone are read)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    found = _Tree()
+    nodes, parents = _nodes(tree)
+    loads: Dict[str, List[ast.Name]] = {}
+    devices: Set[str] = set()  # names and attributes that hold a torch.device or a device string
+    functions: Dict[str, ast.AST] = {}
+    calls: List[ast.Call] = []
+    launcher_names: List[ast.Constant] = []
+    wanted = _TORCHRUN.keys() | _SLURM.keys()
+    for node in nodes:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and node.value in wanted:
+                launcher_names.append(node)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loads.setdefault(node.id, []).append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(node.name, node)
+        elif isinstance(node, ast.Assign) and _is_device(node.value):
+            devices.update(ast.unparse(target) for target in node.targets)
+        elif isinstance(node, ast.Call):
+            calls.append(node)
+    for node in launcher_names:
+        above = parents.get(node)
+        if isinstance(above, ast.Subscript) and not isinstance(above.ctx, ast.Load):
+            continue  # os.environ["RANK"] = …: written, not read
+        if _shown_only(node, parents, loads):
+            continue
+        where = (node.lineno, node.col_offset)
+        if node.value not in found.reads or where < found.reads[node.value]:
+            found.reads[node.value] = where
+    for call in calls:  # set_device(n), device_ids=[n]: n is a GPU's number
+        held = call.args[:1] if _called(call) == "set_device" else []
+        for keyword in call.keywords:
+            if keyword.arg in ("device_ids", "output_device"):
+                value = keyword.value
+                held += value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+        found.numbers.update(ast.unparse(n) for n in held if isinstance(n, (ast.Name, ast.Attribute)))
+    found.numbers -= devices
+    as_devices: Dict[ast.AST, Set[str]] = {}
+    for call in calls:  # f(…, gpu_number, …) where f uses that parameter as a device
+        function = functions.get(_called(call))
+        if function is None or not isinstance(call.func, (ast.Name, ast.Attribute)):
+            continue
+        parameters = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if isinstance(call.func, ast.Attribute) and parameters[:1] == ["self"]:
+            parameters = parameters[1:]
+        if function not in as_devices:
+            as_devices[function] = _device_parameters(function)
+        as_device = as_devices[function]
+        given = list(zip(parameters, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg]
+        for parameter, value in given:
+            if parameter in as_device and not _NUMBER_NAMES.match(parameter) and \
+                    isinstance(value, (ast.Name, ast.Attribute)):
+                text = ast.unparse(value)
+                if text in found.numbers or _NUMBER_NAMES.match(text):
+                    found.number_args.add(call.lineno)
+    return found
+
+
+def _number_uses(numbers: Set[str]) -> Optional[re.Pattern]:
+    """``.to(n)``, ``.cuda(n)``, ``device=n`` for the GPU numbers of this script (beyond the usual names)."""
+    names = sorted(n for n in numbers if not _NUMBER_NAMES.match(n))
+    if not names:
+        return None
+    either = "|".join(re.escape(n) for n in names)
+    return re.compile(rf"\.(?:to|cuda)\s*\(\s*(?:{either})\s*[,)]|\bdevice\s*=(?!=)\s*(?:{either})\s*[,)]")
+
+
+def _slurm_first(reads: Dict[str, Tuple[int, int]]) -> bool:
+    """Both sets read: is srun's rank (or local rank) read before torchrun's — the one that wins?"""
+    for slurm, torchrun in ((names.SLURM_PROCID, names.RANK), (names.SLURM_LOCALID, names.LOCAL_RANK)):
+        if slurm in reads and torchrun in reads:
+            return reads[slurm] < reads[torchrun]
+    slurm = min((reads[n] for n in (names.SLURM_PROCID, names.SLURM_LOCALID) if n in reads), default=None)
+    torchrun = min((reads[n] for n in (names.RANK, names.LOCAL_RANK) if n in reads), default=None)
+    return slurm is not None and torchrun is not None and slurm < torchrun
+
+
 def read_source(source: str, path: str = "<script>") -> ScriptReport:
     """The report for a script's text."""
     report = ScriptReport(path=path)
     code = _without_comments(source)
     text = "\n".join(code)
-    report.torchrun_names = [n for n, p in _TORCHRUN.items() if p.search(text)]
-    report.slurm_names = [n for n, p in _SLURM.items() if p.search(text)]
+    tree = _read_tree(source)
+    if tree is not None:
+        report.torchrun_names = [n for n in _TORCHRUN if n in tree.reads]
+        report.slurm_names = [n for n in _SLURM if n in tree.reads]
+        report.slurm_first = _slurm_first(tree.reads)
+    else:  # not Python we can parse: any quoted name counts, in the order of the text
+        firsts = {n: (m.start(), 0) for n, p in {**_TORCHRUN, **_SLURM}.items() for m in [p.search(text)] if m}
+        report.torchrun_names = [n for n in _TORCHRUN if n in firsts]
+        report.slurm_names = [n for n in _SLURM if n in firsts]
+        report.slurm_first = _slurm_first(firsts)
     report.spawns = any(_SPAWNS.search(line) for line in code)
     report.inits = bool(_INIT.search(text))
+    numbers = _number_uses(tree.numbers) if tree is not None else None
+    number_args = tree.number_args if tree is not None else set()
+    guarded = _guarded_lines(code)
     for index, line in enumerate(code):
         if not line.strip():
             continue
-        for kind, pattern in _CUDA_LINES:
-            if not pattern.search(line):
-                continue
+        kinds = [kind for kind, pattern in _CUDA_LINES if pattern.search(line)]
+        if numbers is not None and numbers.search(line):
+            kinds.append("to_cuda")
+        if index + 1 in number_args:
+            kinds.append("device_number_arg")
+        for kind in kinds:
             if kind == "nccl" and "gloo" in line:  # "nccl" if … else "gloo": already chosen with the device
                 break
-            if kind in ("local_rank_arg", "device_count_assert") or not _guarded(code, index):
+            if kind in ("local_rank_arg", "device_count_assert") or not guarded[index]:
                 report.findings.append(Finding(index + 1, kind, line.strip()))
                 break
     if report.inits and not _DESTROY.search(text):
@@ -212,6 +404,9 @@ def template_problem(report: ScriptReport, template: str, processes_per_node: in
     if convention == "slurm" and template == "torchrun":
         return t("script.slurm_under_torchrun", path=report.path,
                  names=", ".join(n for n in report.slurm_names))
+    if convention == "either" and report.slurm_first and template == "torchrun":
+        return t("script.slurm_first_under_torchrun", path=report.path,
+                 slurm=", ".join(report.slurm_names), torchrun=", ".join(report.torchrun_names))
     if convention == "per-node" and (template == "torchrun" or processes_per_node != 1):
         return t("script.per_node_needs_one_task", path=report.path, template=template,
                  nproc=processes_per_node)
@@ -228,7 +423,8 @@ def template_warning(report: ScriptReport) -> Optional[str]:
 def describe(report: ScriptReport, lang: Optional[str] = None) -> str:
     """``ddp-tutorial check-script``'s text: the convention, the launch that fits, each line to change."""
     out = [t("script.header", lang, path=report.path),
-           t(_CONVENTION_KEYS[report.convention], lang,
+           t(_CONVENTION_KEYS["either-slurm-first" if report.convention == "either" and report.slurm_first
+                              else report.convention], lang,
              names=", ".join(report.torchrun_names + report.slurm_names) or "-"),
            t("script.fits", lang, launch=report.fitting())]
     if report.findings:

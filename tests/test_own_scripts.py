@@ -33,6 +33,10 @@ TORCHRUN_STYLE = SCRIPTS / "torchrun_ddp.py"
 SLURM_STYLE = SCRIPTS / "slurm_ddp.py"
 PER_NODE = SCRIPTS / "per_node_parent.py"
 CUDA_ONLY = SCRIPTS / "cuda_only.py"
+USER_SCRIPTS = Path(__file__).resolve().parent / "helpers" / "user_scripts"
+SLURM_FIRST = USER_SCRIPTS / "slurm_first.py"              # SLURM_PROCID when set, else RANK (CS06)
+PRINTS_SLURM = USER_SCRIPTS / "env_init_prints_slurm.py"   # env:// group, SLURM_PROCID only printed (CS05)
+GPU_ARGUMENT = USER_SCRIPTS / "imagenet_gpu_arg.py"        # the ImageNet example's --gpu idiom (CS08)
 VENV_BIN = Path(sys.executable).parent
 LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                   "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
@@ -128,6 +132,152 @@ def test_the_capstone_solution_needs_no_change():
     from ddp_tutorial.script_check import read_source
     report = read_source(capstone.TRAIN_DDP_CODE)
     assert report.findings == [], report.findings
+
+
+def test_a_gpu_number_used_as_a_device_is_listed():
+    """The ImageNet example's idiom: ``--gpu`` used as the device itself (``.to(args.gpu)``,
+    ``device=args.gpu``) and passed on to a helper that moves to it: every such line is listed, and only
+    those (the fixture marks each with ``# CUDA``)."""
+    from ddp_tutorial.script_check import read_script
+    report = read_script(GPU_ARGUMENT)
+    marked = [n for n, line in enumerate(GPU_ARGUMENT.read_text().splitlines(), 1) if line.endswith("# CUDA")]
+    assert [f.line for f in report.findings] == marked, report.findings
+    assert report.findings[-1].kind == "device_number_arg"
+
+
+SEED_AND_PRINCETON_IDIOMS = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def train(args, model, device, loader):
+    for data, target in loader:
+        data, target = data.to(device), target.to(device)
+
+def worker(gpu_id_in_node, world):
+    dist.init_process_group("gloo", rank=gpu_id_in_node, world_size=world)
+    model = torch.nn.Linear(2, 2).to(gpu_id_in_node)
+    model = DDP(model, device_ids=[gpu_id_in_node])
+    batch = torch.zeros(2, device=gpu_id_in_node)
+    train(None, model, gpu_id_in_node, [])
+    dist.destroy_process_group()
+
+def chosen(local_rank, world):
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[device] if device.type == "cuda" else None)
+    train(None, model, device, [])
+"""
+
+
+def test_a_gpu_number_passed_on_through_a_parameter_is_listed():
+    """The seed's ``.to(gpu_id_in_node)`` (a name known from ``device_ids``), and Princeton's
+    ``train(args, model, local_rank, …)`` whose ``train`` does ``data.to(device)``; a device chosen once
+    (``torch.device(…) if … else …``) and passed on is right as it is."""
+    from ddp_tutorial.script_check import read_source
+    report = read_source(SEED_AND_PRINCETON_IDIOMS, "seed.py")
+    assert [(f.line, f.kind) for f in report.findings] == [
+        (11, "to_cuda"), (12, "device_ids"), (13, "to_cuda"), (14, "device_number_arg")], report.findings
+
+
+def test_a_long_script_is_read_in_linear_time():
+    """8 000 top-level findings: each line's guard is found in one pass, not by walking back to line 1
+    (16 000 lines took 63.8 s). CPU time of this process, so a busy machine does not count."""
+    import time
+    from ddp_tutorial.script_check import read_source
+    source = "import torch\n" + "".join(f"x{i} = torch.zeros(1).cuda()\n" for i in range(8000))
+    started = time.process_time()
+    report = read_source(source, "long.py")
+    spent = time.process_time() - started
+    assert len(report.findings) == 8000 and spent < 2.0, spent
+
+
+@pytest.mark.parametrize("command", [["check-script", str(CUDA_ONLY)], ["slurm", "render", "--template", "torchrun"]])
+def test_output_into_a_pipe_whose_reader_left_is_quiet(tmp_path, command):
+    """``ddp-tutorial check-script x.py | head -1``: a reader that left is not a path error. The pipe's
+    reading end is closed before the command starts, so its first write fails every time."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run([str(VENV_BIN / "ddp-tutorial"), *command], cwd=tmp_path, stdout=writer,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(writer)
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
+
+
+def test_a_launcher_name_only_printed_is_not_where_the_rank_comes_from(tmp_path):
+    """A group made through env:// (torchrun's RANK) that only prints SLURM_PROCID is torchrun's convention:
+    the torchrun template renders. A name written (``os.environ["RANK"] = …``) is not read either."""
+    from ddp_tutorial.script_check import read_script, read_source
+    report = read_script(PRINTS_SLURM)
+    assert (report.convention, report.slurm_names, report.fitting()) == ("torchrun", [], "--template torchrun")
+    rc, out, err = render(tmp_path, "--template", "torchrun", "--nodes", "2", "--nproc-per-node", "2",
+                          "--script", str(PRINTS_SLURM))
+    assert rc == 0 and out.startswith("#!/bin/bash") and err == "", err
+    copied = read_source('import os\nimport torch.distributed as dist\n'
+                         'os.environ["RANK"] = os.environ["SLURM_PROCID"]\n'
+                         'os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]\ndist.init_process_group("gloo")\n')
+    assert copied.convention == "slurm" and copied.fitting() == "--template per-gpu"
+
+
+@pytest.mark.parametrize("source, slurm_first", [
+    ('if "SLURM_PROCID" in os.environ:\n    rank = int(os.environ["SLURM_PROCID"])\n'
+     'else:\n    rank = int(os.environ["RANK"])\n', True),
+    ('rank = int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))\n', True),
+    ('rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))\n', False),
+    ('if "RANK" in os.environ:\n    rank = int(os.environ["RANK"])\n'
+     'elif "SLURM_PROCID" in os.environ:\n    rank = int(os.environ["SLURM_PROCID"])\n', False),
+    ('local = int(os.environ.get("LOCAL_RANK") or os.environ["SLURM_LOCALID"])\n', False),
+])
+def test_which_launcher_wins_is_read_from_the_order(source, slurm_first):
+    from ddp_tutorial.script_check import read_source
+    report = read_source("import os\n" + source + ("start(rank)\n" if "rank =" in source else "start(local)\n"))
+    assert report.convention == "either" and report.slurm_first == slurm_first
+    assert report.fitting() == ("--template per-gpu" if slurm_first else "--template torchrun")
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_a_slurm_first_script_is_sent_to_per_gpu_and_refused_under_torchrun(tmp_path, lang, monkeypatch, capsys):
+    """SLURM_PROCID read first: check-script names per-gpu (srun's and torchrun's numbers agree there);
+    render refuses the torchrun template in one line saying why; per-gpu renders."""
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+    assert main(["check-script", str(SLURM_FIRST)]) == 0
+    out = capsys.readouterr().out
+    assert "slurm render --template per-gpu --script" in out and "SLURM_PROCID" in out, out
+    rc, out, err = render(tmp_path, "--template", "torchrun", "--nodes", "2", "--nproc-per-node", "2",
+                          "--script", str(SLURM_FIRST), lang=lang)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert "--template per-gpu" in err and "SLURM_PROCID" in err and "--script-convention torchrun" in err
+    assert ("same rank" if lang == "en" else "aynı rank") in err, err
+    rc, out, err = render(tmp_path, "--template", "per-gpu", "--nodes", "2", "--nproc-per-node", "2",
+                          "--script", str(SLURM_FIRST), lang=lang)
+    assert rc == 0 and f"SCRIPT={SLURM_FIRST}" in out, err
+
+
+def test_under_torchrun_in_an_srun_task_a_slurm_first_script_runs_twice_alone(tmp_path):
+    """What one srun task of the torchrun template gives its workers (SLURM_PROCID=0, SLURM_NTASKS=1), for
+    real: the SLURM-first script becomes two independent one-process runs, both rank 0 (on two nodes: two
+    rank 0s and a hang) — which is why it is refused there; the script that only prints SLURM_PROCID
+    trains as one group of two."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_NAMES}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0")
+    runs = [subprocess.Popen([str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(script)],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for script in (SLURM_FIRST, PRINTS_SLURM)]
+    try:
+        outputs = [run.communicate(timeout=180)[0] for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    alone, together = (results_of(text) for text in outputs)
+    assert sorted((r["rank"], r["world_size"], r["sum"], r["torchrun_rank"]) for r in alone) == \
+        [(0, 1, 1.0, 0), (0, 1, 1.0, 1)], outputs[0]
+    assert [(r["rank"], r["world_size"], r["sum"]) for r in together] == [(0, 2, 2.0), (1, 2, 2.0)], outputs[1]
 
 
 # ---------------------------------------------------------------------------------------------------
