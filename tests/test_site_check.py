@@ -7,13 +7,18 @@ reservation that does not exist and a missing data root it says what to do, line
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from ddp_tutorial import slurm
 from ddp_tutorial.site_check import Line, node_script
+from ddp_tutorial.slurm.jobs import reservation_note
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,3 +89,114 @@ def test_the_probe_task_runs_the_templates_interface_rule_and_connects_back():
     script = node_script("10.0.0.1", 4242, "tok")
     assert IFNAME_RULE in script and "/dev/tcp/10.0.0.1/4242" in script and "echo tok" in script
     assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
+
+
+def site_check_process(lab, *args: str, timeout: str = "90", lang: str = "en") -> subprocess.Popen:
+    environ = dict(lab.env, DDP_TUTORIAL_LANG=lang, PYTHONUNBUFFERED="1")
+    environ.pop("DDP_TUTORIAL_ROOT", None)
+    return subprocess.Popen(lab.login_command([sys.executable, "-m", "ddp_tutorial", "site-check", "--timeout", timeout,
+                                               *args]),
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+
+
+def probe_jobs(lab) -> list:
+    return lab.run(["squeue", "-h", "-n", "site-check", "-o", "%i"], timeout=30).stdout.split()
+
+
+def probe_sruns() -> list:
+    """This machine's processes running a site-check probe srun."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words and words[0].endswith(b"srun") and b"--job-name=site-check" in words:
+            found.append(int(proc.name))
+    return found
+
+
+def until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
+    return True
+
+
+@pytest.mark.slurm
+def test_the_day_before_a_reservation_that_starts_tomorrow_is_an_ok_line(slurm_cluster, class_data):
+    """SC03: sbatch --test-only refuses a reservation that has not started ("Invalid time specified"); the
+    line says when it starts and the port and interface probe runs without it. SE02: a job waiting for it
+    says when that is."""
+    lab = slurm_cluster
+    lab.run(["scontrol", "create", "reservation", "ReservationName=tomorrow", "StartTime=now+1day", "Duration=480",
+             "Nodes=ALL", "Users=root", "Flags=IGNORE_JOBS"])
+    job = None
+    try:
+        done = site_check(lab, "--root", str(class_data), "--partition", "debug", "--reservation", "tomorrow")
+        job = lab.run(["sbatch", "--parsable", "--reservation=tomorrow", "--output=/dev/null", "--wrap", "true"]
+                      ).stdout.strip()
+        assert until(lambda: slurm.job_info(job, env=lab.env).reason == "Reservation", 20), \
+            slurm.job_info(job, env=lab.env)
+        info = slurm.job_info(job, env=lab.env)
+        note = reservation_note(info, env=lab.env)
+        status = subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", "status", job],
+                                env=dict(lab.env, DDP_TUTORIAL_LANG="tr"), capture_output=True, text=True,
+                                timeout=60, cwd=str(REPO))
+    finally:
+        if job:
+            lab.run(["scancel", job], check=False)
+        lab.run(["scontrol", "delete", "ReservationName=tomorrow"], check=False)
+    checks = done.stdout.splitlines()[:-1]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert checks[4].startswith("ok   reservation tomorrow has not started yet: it starts at 20"), checks[4]
+    assert "Invalid time specified" in checks[4] and "ran without it (partition debug" in checks[4], checks[4]
+    assert checks[5].startswith("ok   a compute node (n") and checks[6].startswith("ok   interface rule on n"), \
+        done.stdout
+    assert note.startswith(" · reservation tomorrow starts at 20") and "waits for it" in note, note
+    assert status.returncode == 0 and "tomorrow rezervasyonu 20" in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.slurm
+def test_a_probe_that_cannot_start_leaves_nothing_in_the_queue_on_timeout_or_sigterm(slurm_cluster, class_data):
+    """SC04: with every node busy the probe gives up after --timeout and its job is gone from the queue.
+    SG03: SIGTERM to site-check while its srun waits stops that srun (no orphan) and its pending job."""
+    lab = slurm_cluster
+    busy = lab.run(["sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"]
+                   ).stdout.strip()
+    try:
+        assert until(lambda: slurm.job_info(busy, env=lab.env).state == "RUNNING", 30)
+        started = time.monotonic()
+        proc = site_check_process(lab, "--root", str(class_data), timeout="4")
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - started
+        assert proc.returncode == 1 and "Traceback" not in err, out + err
+        assert "!!   no probe job ran on a compute node" in out and "did not start within 4 s" in out, out
+        assert until(lambda: not probe_jobs(lab), 10), probe_jobs(lab)
+        assert not probe_sruns()
+
+        proc = site_check_process(lab, "--root", str(class_data), timeout="120")
+        assert until(lambda: probe_jobs(lab) or proc.poll() is not None, 90), proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, out + err
+        assert "site-check stopped by SIGTERM" in err and "Traceback" not in err, err
+        assert not probe_sruns()
+        assert until(lambda: not probe_jobs(lab), 10), probe_jobs(lab)
+    finally:
+        lab.run(["scancel", busy], check=False)
+    assert took < 60, took
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "0", "-1"])
+def test_a_timeout_that_is_no_duration_is_refused_with_the_rule(value):
+    """SC01 (nan, inf, 1e400: a traceback from selectors) and SC02 (0, -1: sbatch given no time, the names
+    blamed): refused before any check, rc 2, in both languages."""
+    for lang, words in (("en", "is not a number of seconds greater than 0"), ("tr", "0'dan büyük bir saniye sayısı")):
+        done = subprocess.run([sys.executable, "-m", "ddp_tutorial", "site-check", "--no-slurm", "--timeout", value],
+                              capture_output=True, text=True, timeout=60, cwd=str(REPO),
+                              env=dict(os.environ, DDP_TUTORIAL_LANG=lang))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert words in done.stderr and f"'{value}'" in done.stderr and not done.stdout, done.stdout + done.stderr

@@ -104,3 +104,60 @@ def test_a_module_that_looks_like_an_option_is_refused(module, monkeypatch):
             slurm.render(slurm.JobSpec(modules=(module,)))
         assert f"module={module!r}" in str(caught.value) and words in str(caught.value)
     slurm.render(slurm.JobSpec(modules=("cuda/12.1", "gcc-12")))
+
+
+def test_result_reads_only_the_end_of_a_huge_log(stand_in, tmp_path):
+    """SJ01: the own-script fallback of ``slurm result`` reads the end of the log for its last line, never the
+    whole of it: a 1 GiB log (sparse: no disk used) under a 600 MB address-space limit, and a second one
+    without the line, which says "No result" as fast."""
+    import resource
+    import time
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for job, tail in (("41", b"\nyour script finished with exit code 0\n"), ("42", b"\nepoch 3\n")):
+        with open(runs / f"slurm-{job}.out", "wb") as log:
+            log.truncate(1 << 30)
+            log.seek(0, os.SEEK_END)
+            log.write(tail)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", DDP_TUTORIAL_LANG="en")
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    limit = 600 << 20
+
+    def result(job):
+        return subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", "result", job, "--run-dir", "runs"],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    started = time.monotonic()
+    done = result("41")
+    assert done.returncode == 0 and '"exit_code": 0' in done.stdout, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    done = result("42")
+    assert done.returncode == 2 and "No result for job 42" in done.stderr, done.stdout + done.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_render_to_a_full_disk_names_the_file(stand_in):
+    """DF01: ENOSPC from write() or fsync() carries no file name; the message names the output, not '?'."""
+    done, _ = stand_in("render", "--template", "per-gpu", "-o", "/dev/full")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "Cannot use /dev/full: No space left on device" in done.stderr, done.stderr
+    assert "?" not in done.stderr.split(":")[1]
+
+
+@pytest.mark.parametrize("option", ["--run-dir", "--workdir"])
+def test_a_relative_run_dir_under_a_folder_with_a_space_or_turkish_letter_says_what_to_do(tmp_path, option):
+    """UP01: `runs` (or `--workdir .`) is fine as typed; made absolute under `dir ş ü/` a job script cannot take
+    it (#SBATCH lines are not shell-quoted). The message says so and gives the way out."""
+    here = tmp_path / "dir ş ü"
+    here.mkdir()
+    value = "runs" if option == "--run-dir" else "."
+    for lang, words in (("en", "letters of the English alphabet only"), ("tr", "İngiliz alfabesinin harfleri")):
+        done = subprocess.run([sys.executable, "-m", "ddp_tutorial", "slurm", "render", "--template", "per-gpu",
+                               option, value], capture_output=True, text=True, timeout=60, cwd=here,
+                              env=dict(os.environ, DDP_TUTORIAL_LANG=lang))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        text = done.stderr.strip()
+        assert len(text.splitlines()) == 1 and words in text, text
+        assert f"{option} '{value}'" in text and str(here) in text and f"{option} $HOME/runs" in text, text
+    assert not (here / "runs").exists()
