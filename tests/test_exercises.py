@@ -474,7 +474,10 @@ PER_GPU = (("#SBATCH --ntasks-per-node=1", "#SBATCH --ntasks-per-node=4"),
            ("#SBATCH --cpus-per-task=40", "#SBATCH --cpus-per-task=10"),
            ("python -m torch.distributed.run \\\n    --nnodes \"$SLURM_NNODES\" --nproc-per-node 4 \\\n"
             "    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv-id \"$SLURM_JOB_ID\" \\\n"
+            "    --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \\\n"
             "    --max-restarts 0 train.py", "python train.py"))
+SIGNALS_OPTION = "    --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \\\n"
+WAIT_AGAIN = 'while [ "$STATUS" -gt 128 ] && kill -0 "$STEP" 2>/dev/null; do\n    wait "$STEP"; STATUS=$?\ndone\n'
 
 JOB_SLIPS = {
     "placeholder": [('source "$HOME/ddp-tutorial/.venv/bin/activate"', "source <venv>/bin/activate")],
@@ -505,6 +508,25 @@ JOB_SLIPS = {
     "foreground": [("train.py &\n", "train.py\n")],
     "no_requeue": [('    scontrol requeue "$SLURM_JOB_ID"\n', '    echo stopped\n')],
     "syntax": [("fi\nexit", "exit")],
+    # hostile sweep, round 5 (issue 44) and issue 49 P1
+    "late_directive": [("#SBATCH --job-name=ddp-own\n", "#SBATCH --job-name=ddp-own\nmodule load cuda\n")],
+    "indented": [("#SBATCH --nodes=2", "  #SBATCH --nodes=2")],
+    "no_wait": [('wait "$STEP"; STATUS=$?\n' + WAIT_AGAIN, "STATUS=0\n")],
+    "wait_once": [(WAIT_AGAIN, "")],
+    "port_range": [("$((15000 + SLURM_JOB_ID % 15000))", "$SLURM_JOB_ID")],
+    "port_unknown": [("$((15000 + SLURM_JOB_ID % 15000))", "$(expr 10000 + $SLURM_JOB_ID)")],
+    "kill_on_bad_exit_off": [("--kill-on-bad-exit=1", "--kill-on-bad-exit=0")],
+    "exit_early": [("export OMP_NUM_THREADS=10\n", "export OMP_NUM_THREADS=10\nexit 0\n")],
+    "zero": [("--cpus-per-task=40", "--cpus-per-task=0")],
+    "nul": [('exit "$STATUS"\n', 'exit "$STATUS"\n\0')],
+    "encoding": [("#SBATCH --job-name=ddp-own\n", "#SBATCH --job-name=ddp-own\n# notes \udcff\n")],
+    "crlf": [("\n", "\r\n")],
+    "signals_variable": [(SIGNALS_OPTION, ""), (
+        "export OMP_NUM_THREADS=10\n",
+        "export OMP_NUM_THREADS=10\nexport TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1\n")],
+    "signals": [(SIGNALS_OPTION, "")],
+    "requeue_75": [('if [ "$STOP" -eq 1 ]', 'if [ "$STATUS" -eq 75 ]')],
+    "requeue_never": [('if [ "$STOP" -eq 1 ]', "if false")],
 }
 
 
@@ -531,6 +553,69 @@ def test_ddp_job_the_skeleton_is_not_done_and_one_task_per_gpu_passes_too(job_fo
     assert ex.ddp_job.evaluate(SKELETON).status == NOT_DONE
     outcome = ex.ddp_job.evaluate(_job(*PER_GPU))
     assert outcome.status == CORRECT and "one SLURM task per GPU" in outcome.text, outcome.text
+
+
+# Other shapes of the same slips (the message of a key already in JOB_SLIPS), and right answers written
+# otherwise than the solution: both must be read as bash and sbatch read them.
+JOB_SHAPES = {
+    "requeue only in a comment": ([('    scontrol requeue "$SLURM_JOB_ID"\n',
+                                    '    : # scontrol requeue "$SLURM_JOB_ID"\n')], "ex.ddp_job.no_requeue"),
+    "trap only in a comment": ([("trap 'STOP=1; kill -USR1 \"$STEP\"' USR1\n", ": # trap USR1 here\n")],
+                               "ex.ddp_job.no_trap"),
+    "a random port": ([("$((15000 + SLURM_JOB_ID % 15000))", "$(shuf -i 20000-30000 -n 1)")], "ex.ddp_job.port"),
+    "a job id too big by arithmetic": ([("$((15000 + SLURM_JOB_ID % 15000))", "$((10000 + SLURM_JOB_ID))")],
+                                       "ex.ddp_job.port_range"),
+    "-K0": ([("--kill-on-bad-exit=1", "-K0")], "ex.ddp_job.kill_on_bad_exit_off"),
+    "requeue after && on 75": ([('if [ "$STOP" -eq 1 ]; then\n    scontrol requeue "$SLURM_JOB_ID"\nfi\n',
+                                 '[ "$STATUS" -eq 75 ] && scontrol requeue "$SLURM_JOB_ID"\n')],
+                               "ex.ddp_job.requeue_75"),
+    "--signals-to-handle without SIGUSR1": ([("SIGQUIT,SIGUSR1 \\", "SIGQUIT \\")], "ex.ddp_job.signals"),
+    "exit 0 after the job": ([('exit "$STATUS"', 'exit "$STATUS"\nexit 0')], None),
+    "the port from the job id's last 4 digits": ([("$((15000 + SLURM_JOB_ID % 15000))", "1${SLURM_JOB_ID: -4}")],
+                                                 None),
+    "the port with expr and tail": ([("$((15000 + SLURM_JOB_ID % 15000))",
+                                      "$(expr 10000 + $(echo -n $SLURM_JOBID | tail -c 4))")], None),
+    "PET_SIGNALS_TO_HANDLE": ([(SIGNALS_OPTION, ""), ("export OMP_NUM_THREADS=10\n", "export OMP_NUM_THREADS=10\n"
+                               "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1\n")], None),
+    "requeue after && on STOP": ([('if [ "$STOP" -eq 1 ]; then\n    scontrol requeue "$SLURM_JOB_ID"\nfi\n',
+                                   '[ "$STOP" -eq 1 ] && scontrol requeue "$SLURM_JOB_ID"\n')], None),
+    "exit under an if before srun": ([("export OMP_NUM_THREADS=10\n", "export OMP_NUM_THREADS=10\n"
+                                       "if [ ! -f train.py ]; then\n    exit 1\nfi\n")], None),
+    "wait until the step has gone": ([('wait "$STEP"; STATUS=$?\n' + WAIT_AGAIN,
+                                       'until wait "$STEP"; STATUS=$?; ! kill -0 "$STEP" 2>/dev/null; do :; done\n')],
+                                     None),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(JOB_SHAPES))
+def test_ddp_job_other_shapes_of_a_slip_and_of_a_right_answer(shape, job_folder):
+    edits, key = JOB_SHAPES[shape]
+    outcome = ex.ddp_job.evaluate(_job(*edits))
+    if key is None:
+        assert outcome.status == CORRECT, outcome.text
+    else:
+        assert outcome.status == WRONG and outcome.key == key, outcome.text
+
+
+def test_ddp_job_one_task_per_gpu_may_requeue_on_75(job_folder):
+    """Without torchrun srun's status is the ranks' own: 75 from every rank is srun's 75."""
+    job = _job(*PER_GPU, ('if [ "$STOP" -eq 1 ]', 'if [ "$STATUS" -eq 75 ]'))
+    assert ex.ddp_job.evaluate(job).status == CORRECT
+
+
+def test_fixed_sbatch_reads_sbatch_lines_as_sbatch_does(lang):
+    """EX01 in 05's other job exercise: a directive under the first command, or indented, is skipped by sbatch."""
+    from ddp_tutorial.exercises.cluster import SBATCH_CODE
+    namespace = {}
+    exec(SBATCH_CODE, namespace)
+    fixed = namespace["fixed_sbatch"]
+    assert ex.fixed_sbatch.evaluate(fixed).status == CORRECT
+    late = fixed.replace("#SBATCH --time=02:00:00\n", "").replace("module purge\n",
+                                                                  "module purge\n#SBATCH --time=02:00:00\n")
+    outcome = ex.fixed_sbatch.evaluate(late)
+    assert outcome.key == "ex.fixed_sbatch.late_directive" and "module purge" in outcome.text, outcome.text
+    indented = fixed.replace("#SBATCH --nodes=2", "  #SBATCH --nodes=2")
+    assert ex.fixed_sbatch.evaluate(indented).key == "ex.fixed_sbatch.indented"
 
 
 def test_fixed_sbatch_catches_the_placeholders_the_seed_leaves(lang):

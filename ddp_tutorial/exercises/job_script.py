@@ -320,7 +320,8 @@ def ask_slurm(text: str, partition: str) -> str:
     except TutorialError as error:
         detail = str(error.fields.get("detail", ""))
         if error.key == "slurm.command_timeout" or any(words in detail for words in _SILENT):
-            return t("ex.ddp_job.slurm_silent", command=" ".join(command[:2]), seconds=seconds)
+            return t("ex.ddp_job.slurm_silent", command=" ".join(command[:2]) if command[0] == "sbatch" else command[0],
+                     seconds=seconds)
         if error.key != "slurm.command_failed" or any(words in detail for words in _NO_SLURM):
             return t("ex.ddp_job.no_slurm")
         if command[0] == "sinfo":
