@@ -170,8 +170,12 @@ say "== veri kümesi: $DDP_TUTORIAL_DATASET ($DDP_TUTORIAL_ROOT) · defterler: $
 # The lab's settings (no news pop-up): notebooks/lab/overrides.json, in the application's settings folder
 # (setup.sh puts it there; a class environment may be read-only: then it stays as the instructor built it).
 settings=$venv/share/jupyter/lab/settings
-if ! cmp -s notebooks/lab/overrides.json "$settings/overrides.json" && [ -z "${DDP_TUTORIAL_VENV:-}" ]; then
-  mkdir -p "$settings" && cp notebooks/lab/overrides.json "$settings/"
+# Written to a temporary file in the folder and moved over the name: a symbolic link there is replaced, never
+# written through.
+if [ -z "${DDP_TUTORIAL_VENV:-}" ] && { [ -L "$settings/overrides.json" ] || ! cmp -s notebooks/lab/overrides.json "$settings/overrides.json"; }; then
+  mkdir -p "$settings"
+  fresh=$(mktemp "$settings/.overrides.json.XXXXXX")
+  cat notebooks/lab/overrides.json > "$fresh" && chmod 644 "$fresh" && mv -T -f "$fresh" "$settings/overrides.json" || rm -f "$fresh"
 fi
 
 # The working copy is JupyterLab's root; the URL it prints (and opens) lands on 00_setup.

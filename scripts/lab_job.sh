@@ -7,10 +7,18 @@
 #
 # It makes the workshop copy (scripts/workshop_copy.sh: notebooks/<language>/ → <work>/<language>,
 # first start only), starts JupyterLab on this node on a free port with a new token, and prints —
-# once the server answers — how to reach it:
+# once our own server answers with that token — how to reach it:
 #
 #   == tunnel, from your own computer: ssh -N -L PORT:NODE:PORT USER@LOGIN
-#   == then open: http://localhost:PORT/lab/tree/00_setup.ipynb?token=TOKEN
+#   == then open the address in <work>/<language>.lab-url (only you can read it): cat …
+#
+# JupyterLab is its owner's alone (review LJ01, class day P6): it listens on this node's own address
+# (what the tunnel and OnDemand's /node/HOST/PORT proxy reach), not on every interface; its token
+# reaches it in a 0600 config file of this start's 0700 state folder — never on a command line
+# (/proc/PID/cmdline is readable by every user of the node), never in the kernels' environment — and
+# the address with the token goes to the 0600 file <work>/<language>.lab-url, not to the job's log
+# (lab-JOBID.out is as readable as the clone it lies in). On a terminal the address is printed too.
+# One JupyterLab per working copy: a second start on the same copy is refused, naming the first.
 #
 # Nothing is installed and no data is downloaded here (compute nodes often have no internet, and the
 # class shares one environment): the environment and the data are made on the login node beforehand.
@@ -21,13 +29,18 @@
 #   DDP_TUTORIAL_ROOT   the data root (default ~/ddp-data); DDP_TUTORIAL_DATASET (mnist | fashion-mnist)
 #   DDP_TUTORIAL_WORK   where the working copies live (default <checkout>/workshop), as in scripts/lab.sh
 #   DDP_TUTORIAL_LAB_PORT, DDP_TUTORIAL_LAB_TOKEN, DDP_TUTORIAL_LAB_BASE_URL: given by OnDemand; else a
-#                       free port and a new token are chosen here, and the base URL is /
+#                       free port and a new token are chosen here, and the base URL is /. A port given
+#                       must be 1–65535 and free on this node's address.
 #
 # The end of the job (scancel, the walltime: SIGTERM to every process of the job) ends everything it
 # started within seconds (review N7): the trap below cancels every SLURM engine job a notebook started
 # (their ids are appended to $DDP_TUTORIAL_ENGINE_JOBS by ddp_tutorial/ipp/watchdog.py, whose watchdog
-# also cancels them on SIGTERM), then ends JupyterLab, its kernels and their engines — every process
-# that carries this start's marker in its environment, and every descendant — SIGTERM, then SIGKILL.
+# also cancels them on SIGTERM), then ends JupyterLab, its kernels and their engines — every descendant,
+# and every process of this job (or, started by hand, of no job) that carries this start's marker in its
+# environment; a job submitted from the lab carries the marker too, but is another job and lives on
+# (review LJ07) — SIGTERM, then SIGKILL. Last, with every process of the session gone, it removes the
+# ipyparallel cluster files its kernels wrote ($DDP_TUTORIAL_CLUSTER_FILES lists them): left behind,
+# a later JupyterLab's ipyparallel extension would load them.
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
@@ -78,22 +91,87 @@ case "$work" in
   *) say "!! DDP_TUTORIAL_WORK deponun dışında ($work): 04–06 defterlerindeki 'python -m benchmarks…' komutları oradan benchmarks/ klasörünü bulamaz; kopyayı deponun içinde tutun." \
          "!! DDP_TUTORIAL_WORK is outside the checkout ($work): the 'python -m benchmarks…' commands of notebooks 04–06 will not find benchmarks/ from there; keep the copy inside the checkout." >&2 ;;
 esac
+# The port: OnDemand's (or one given by hand) must be a port; else a free one is chosen below.
+port=${DDP_TUTORIAL_LAB_PORT:-}
+if [ -n "$port" ] && { ! [[ $port =~ ^[0-9]{1,5}$ ]] || [ $((10#$port)) -lt 1 ] || [ $((10#$port)) -gt 65535 ]; }; then
+  say "!! DDP_TUTORIAL_LAB_PORT=$port: bağlantı noktası 1 ile 65535 arasında bir sayı olmalı (boş bırakın: boş bir bağlantı noktası seçilir)" \
+      "!! DDP_TUTORIAL_LAB_PORT=$port: a port is a number from 1 to 65535 (leave it unset and a free one is chosen)" >&2
+  exit 2
+fi
+[ -n "$port" ] && port=$((10#$port))
+# This node's own address (what the tunnel's NODE and OnDemand's proxy reach), and the port: the one
+# given, if it is free there, else a free one.
+picked=$("$venv/bin/python" -I - "${port:-0}" <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+try:
+    address = socket.gethostbyname(socket.gethostname())
+except OSError:
+    sys.exit(3)
+probe = socket.socket()
+probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as JupyterLab binds it
+try:
+    probe.bind((address, port))
+except OSError:
+    print(address)
+    sys.exit(4)
+print(address, probe.getsockname()[1])
+PY
+) || case $? in
+  3) say "!! bu düğümün adı ($(hostname)) bir adrese çözülmüyor: JupyterLab'a tünel de vekil de ulaşamaz; sistem yöneticinize sorun" \
+         "!! this node's name ($(hostname)) resolves to no address: neither a tunnel nor a proxy could reach JupyterLab; ask your system administrators" >&2
+     exit 2 ;;
+  4) say "!! $port bağlantı noktası bu düğümde ($picked) dolu: başka bir program kullanıyor. DDP_TUTORIAL_LAB_PORT'u boş bırakın (boş bir bağlantı noktası seçilir) ya da başka bir numara verin" \
+         "!! port $port is taken on this node ($picked): another program holds it. Leave DDP_TUTORIAL_LAB_PORT unset (a free one is chosen) or give another number" >&2
+     exit 2 ;;
+  *) exit 1 ;;
+esac
+read -r address port <<< "$picked"
+
+# One JupyterLab per working copy (two would remove each other's workspaces and autosave the same
+# notebooks): a lock held by this script for its whole life; its text names the holder.
+mkdir -p "$(dirname "$work")"
+lockfile=$work.lab-lock
+exec {lock}>>"$lockfile"
+held=0
+flock -n -E 75 "$lock" || held=$?
+if [ $held = 75 ]; then
+  first=$(head -c 300 "$lockfile" 2>/dev/null | head -n 1)
+  say "!! $work zaten başka bir JupyterLab'da açık (${first:-?}): önce onu kapatın (scancel İŞNO), ya da bu oturuma DDP_TUTORIAL_WORK ile ayrı bir kopya verin" \
+      "!! $work is open in another JupyterLab already (${first:-?}): end that one first (scancel JOBID), or give this one its own copy with DDP_TUTORIAL_WORK" >&2
+  exit 2
+fi
+node=$(hostname -s 2>/dev/null || hostname)
+printf '%s\n' "job ${SLURM_JOB_ID:-none}, node $node, pid $$" > "$lockfile"
+
 bash scripts/workshop_copy.sh "$lang" "$work"
-settings=$venv/share/jupyter/lab/settings   # the lab's settings (no news pop-up), where the environment is ours
+# The lab's settings (no news pop-up), where the environment is ours: a temporary file in the folder
+# moved over the name (mv -T replaces a symbolic link planted there, never writes through it), and only
+# when the folder is the environment's own (no link to elsewhere on its way).
+settings=$venv/share/jupyter/lab/settings
 if [ -w "$settings" ] || { [ ! -e "$settings" ] && [ -w "$venv" ]; }; then
   mkdir -p "$settings"
-  cmp -s notebooks/lab/overrides.json "$settings/overrides.json" || cp notebooks/lab/overrides.json "$settings/"
+  if [ "$(realpath -- "$settings")" = "$(realpath -- "$venv")/share/jupyter/lab/settings" ] \
+     && { [ -L "$settings/overrides.json" ] || ! cmp -s notebooks/lab/overrides.json "$settings/overrides.json"; }; then
+    fresh=$(mktemp "$settings/.overrides.json.XXXXXX")
+    cat notebooks/lab/overrides.json > "$fresh" && chmod 644 "$fresh" && mv -T -f "$fresh" "$settings/overrides.json" \
+      || rm -f "$fresh"
+  fi
 fi
 
-# What this start owns: a folder for the engine job ids, and a marker every process it starts inherits.
+# What this start owns: a private folder (0700) for the engine job ids, the cluster files and the
+# server's config, and a marker every process it starts inherits.
 state=$(mktemp -d "${TMPDIR:-/tmp}/ddp-lab-job.XXXXXX")
-export DDP_TUTORIAL_ENGINE_JOBS=$state/engine-jobs DDP_TUTORIAL_LAB_SESSION=$state
+export DDP_TUTORIAL_ENGINE_JOBS=$state/engine-jobs DDP_TUTORIAL_CLUSTER_FILES=$state/cluster-files \
+       DDP_TUTORIAL_LAB_SESSION=$state
 : > "$DDP_TUTORIAL_ENGINE_JOBS"
+: > "$DDP_TUTORIAL_CLUSTER_FILES"
 
-owned() {  # processes this start owns: its descendants and those carrying its marker (zombies and this check excepted)
-  "$venv/bin/python" -I - "$$" "DDP_TUTORIAL_LAB_SESSION=$state" <<'PY'
+owned() {  # processes this start owns: its descendants, and those carrying its marker in this same job
+           # (SLURM_JOB_ID equal to ours, or both without one); zombies and this check excepted
+  "$venv/bin/python" -I - "$$" "DDP_TUTORIAL_LAB_SESSION=$state" "${SLURM_JOB_ID:-}" <<'PY'
 import os, sys
-root, marker = int(sys.argv[1]), sys.argv[2].encode()
+root, marker, job = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3].encode()
 parent, alive, marked = {}, set(), set()
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
@@ -101,7 +179,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         parent[int(pid)] = int(fields[1])
         if fields[0] not in "ZX":
             alive.add(int(pid))
-        if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        its_job = next((v[len(b"SLURM_JOB_ID="):] for v in environ if v.startswith(b"SLURM_JOB_ID=")), b"")
+        if marker in environ and its_job == job:
             marked.add(int(pid))
     except (OSError, IndexError, ValueError):
         continue
@@ -138,28 +218,73 @@ cleanup() {
     [ "$i" -ge 15 ] && kill -KILL $pids 2>/dev/null   # about 3 s of SIGTERM, then SIGKILL
     sleep 0.1
   done
+  forget_clusters
+  [ -n "${urlfile:-}" ] && rm -f "$urlfile"
   rm -rf "$state"
+}
+forget_clusters() {  # the ipyparallel cluster files this session's kernels wrote (all its processes are gone)
+  local file
+  while IFS= read -r file; do
+    case "${file##*/}" in cluster-*.json) rm -f -- "$file" ;; esac
+  done < <(sort -u "$DDP_TUTORIAL_CLUSTER_FILES" 2>/dev/null)
 }
 trap 'cleanup; exit 143' TERM
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 129' HUP
 trap cleanup EXIT
 
-port=${DDP_TUTORIAL_LAB_PORT:-$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}
+# The token: OnDemand's password, or a new one. It reaches JupyterLab in a config file only we can read.
 token=${DDP_TUTORIAL_LAB_TOKEN:-$("$venv/bin/python" -c 'import secrets; print(secrets.token_hex(24))')}
+unset DDP_TUTORIAL_LAB_TOKEN
+config=$state/jupyter_server_config.json
+LAB_TOKEN=$token "$venv/bin/python" -I -c '
+import json, os, sys
+with os.fdopen(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as config:
+    json.dump({"IdentityProvider": {"token": os.environ["LAB_TOKEN"]}}, config)' "$config"
 base=${DDP_TUTORIAL_LAB_BASE_URL:-/}
-node=$(hostname -s 2>/dev/null || hostname)
 login=${DDP_TUTORIAL_LOGIN_HOST:-${SLURM_SUBMIT_HOST:-LOGIN}}
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)
 cd "$work"
 rm -f "$work.lab-workspaces"/*.jupyterlab-workspace  # 00_setup alone: no kernel for every restored tab (lab.sh)
-"$venv/bin/jupyter" lab --no-browser --ip=0.0.0.0 --port="$port" --ServerApp.port_retries=0 \
-  --IdentityProvider.token="$token" --ServerApp.base_url="$base" --ServerApp.root_dir="$work" \
-  --LabApp.workspaces_dir="$work.lab-workspaces" --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" &
+"$venv/bin/jupyter" lab --no-browser --ip="$address" --port="$port" --ServerApp.port_retries=0 \
+  --config="$config" --ServerApp.base_url="$base" --ServerApp.root_dir="$work" \
+  --LabApp.workspaces_dir="$work.lab-workspaces" --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" \
+  {lock}>&- &
 server=$!
-answers() { "$venv/bin/python" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2).close()' "$port" 2>/dev/null; }
-until answers; do
+# Ready: the socket listening on the port is our server's own (not another program's), and it answers
+# {base}api/status with our token (asked only then: the token goes to no one else).
+ready() {
+  LAB_TOKEN=$token "$venv/bin/python" -I - "$server" "$address" "$port" "$base" 2>/dev/null <<'PY'
+import os, sys, urllib.request
+server, address, port, base = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+listening = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        fields = row.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            listening.add(f"socket:[{fields[9]}]")
+held = set()
+for fd in os.listdir(f"/proc/{server}/fd"):
+    try:
+        held.add(os.readlink(f"/proc/{server}/fd/{fd}"))
+    except OSError:
+        pass
+if not listening & held:
+    sys.exit(1)
+host = f"[{address}]" if ":" in address else address
+request = urllib.request.Request(f"http://{host}:{port}{base}api/status",
+                                 headers={"Authorization": "token " + os.environ["LAB_TOKEN"]})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy between us and our server
+with opener.open(request, timeout=5) as answer:
+    sys.exit(0 if answer.status == 200 else 1)
+PY
+}
+until ready; do
   if ! kill -0 $server 2>/dev/null; then
     say "!! JupyterLab başlamadı (yukarıdaki satırlara bakın)" "!! JupyterLab did not start (see the lines above)" >&2
     wait $server || exit $?
@@ -167,12 +292,21 @@ until answers; do
   fi
   sleep 0.5
 done
+# The address with the token: in a file only its owner reads (written whole, then moved into place).
+url="http://localhost:$port${base%/}/lab/tree/00_setup.ipynb?token=$token"
+urlfile=$work.lab-url
+fresh=$(mktemp "$urlfile.XXXXXX")
+printf '%s\n' "$url" > "$fresh"
+mv -T -f "$fresh" "$urlfile"
 say "== JupyterLab $node:$port üzerinde (iş ${SLURM_JOB_ID:-yok}; defterler: $work)" \
     "== JupyterLab on $node:$port (job ${SLURM_JOB_ID:-none}; notebooks: $work)"
 say "== tünel, kendi bilgisayarınızdan: ssh -N -L $port:$node:$port $(id -un)@$login" \
     "== tunnel, from your own computer: ssh -N -L $port:$node:$port $(id -un)@$login"
-say "== sonra açın: http://localhost:$port${base%/}/lab/tree/00_setup.ipynb?token=$token" \
-    "== then open: http://localhost:$port${base%/}/lab/tree/00_setup.ipynb?token=$token"
+say "== sonra $urlfile içindeki adresi açın (belirteci içerir; yalnızca siz okuyabilirsiniz): cat $urlfile" \
+    "== then open the address in $urlfile (it holds the token; only you can read it): cat $urlfile"
+if [ -t 1 ]; then
+  say "== adres: $url" "== the address: $url"
+fi
 status=0
 wait $server || status=$?
 exit $status

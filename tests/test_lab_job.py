@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,9 @@ def sbatch_options(gpus: int, reservation: str = "", cpus: int = 4) -> list:
 def test_every_way_runs_the_one_start_script():
     """slurm/lab.sbatch and the OnDemand template both exec scripts/lab_job.sh; the form offers
     0/1/2 GPUs, and they reach sbatch as --gres only when asked for."""
-    assert 'exec bash "${DDP_TUTORIAL_CHECKOUT:-$SLURM_SUBMIT_DIR}/scripts/lab_job.sh"' in (
-        REPO / "slurm" / "lab.sbatch").read_text()
+    sbatch_text = (REPO / "slurm" / "lab.sbatch").read_text()
+    assert 'start=${DDP_TUTORIAL_CHECKOUT:-$SLURM_SUBMIT_DIR}/scripts/lab_job.sh' in sbatch_text
+    assert sbatch_text.rstrip().endswith('exec bash "$start"')
     script = render(APP / "template" / "script.sh.erb", {
         "ddp_lang": "tr", "ddp_profile": "akya-cuda", "ddp_venv": "~/class env", "ddp_root": "",
         "ddp_checkout": "/x/it's here"})
@@ -103,10 +105,256 @@ def test_the_custom_app_bashrc_block(tmp_path):
     assert inside.strip() == f"{venv}|{tmp_path}/ddp-data|tr|{venv}/bin/jupyter", inside
     assert sorted(p.name for p in (tmp_path / "workshop" / "tr").iterdir()) == sorted(
         p.name for p in (REPO / "notebooks" / "tr").glob("*.ipynb"))
+    # What goes wrong is said (review OD03, OD04), and nothing is left half made.
+    for change, said in ((dict(DDP_TUTORIAL_LANG="de"), "the language must be tr or en"),
+                         ({}, "is no clone of the repository")):
+        broken = block if change else block.replace(f"DDP_CHECKOUT={REPO}", f"DDP_CHECKOUT={tmp_path / 'none'}")
+        work = tmp_path / "workshop-2"
+        proc = subprocess.run(["bash", "-c", broken.replace(str(tmp_path / "workshop"), str(work)) + "\n" + show],
+                              capture_output=True, text=True, env=dict(env, HOME=str(tmp_path), SLURM_JOB_ID="7",
+                                                                       **change))
+        assert proc.returncode == 0 and said in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert not work.exists(), sorted(map(str, work.rglob("*")))
     lines = (REPO / "ondemand" / "truba" / "bashrc.sh").read_text().splitlines()
     code = [re.sub(r"\s+# .*$", "", line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
     for page in ("ondemand.md", "ondemand.tr.md"):  # the pages show exactly this block
         assert "\n".join(code) in (REPO / "docs" / page).read_text(), f"docs/{page} shows another ~/.bashrc block"
+
+
+def test_the_reservation_field_is_a_name_only():
+    """OD01: the form's reservation reaches sbatch as one option, or the page says what is wrong with it:
+    a quote, a YAML escape or a newline (a crafted POST) can neither break the YAML nor add an option."""
+    assert "--reservation=ws-2026.gpu_1" in sbatch_options(0, " ws-2026.gpu_1 ")
+    for bad in ('x"', 'x", "--uid=0', "a\\u0041b", 'x"\n    - "--exclusive', "a b", "x\n- --exclusive"):
+        proc = subprocess.run(["ruby", str(HELPERS / "ood_render.rb"), str(APP / "submit.yml.erb"),
+                               json.dumps({"ddp_cpus": "4", "ddp_gpus": "0", "ddp_reservation": bad})],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and proc.stdout == "", (bad, proc.stdout)
+        assert "a reservation's name has only letters, digits" in proc.stderr and "Rezervasyon" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_lab_sbatch_submitted_from_elsewhere_says_so(tmp_path):
+    """LS01: lab.sbatch submitted from another folder (no DDP_TUTORIAL_CHECKOUT): one line saying where
+    to submit it from, in the attendee's language, not bash's "No such file"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_"))}
+    for lang, said in (("en", "submit the job from the checkout"), ("tr", "işi deponun klasöründen gönderin")):
+        proc = subprocess.run(["bash", str(REPO / "slurm" / "lab.sbatch")], capture_output=True, text=True,
+                              cwd=tmp_path, env=dict(env, SLURM_SUBMIT_DIR=str(tmp_path), DDP_TUTORIAL_LANG=lang))
+        assert proc.returncode == 2 and said in proc.stderr and "DDP_TUTORIAL_CHECKOUT" in proc.stderr, proc.stderr
+        assert len(proc.stderr.splitlines()) == 1 and "No such file" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- lab_job.sh by hand
+def _stand_in_venv(tmp_path: Path, jupyter: str) -> Path:
+    """A class environment whose ``jupyter`` is ``jupyter`` (a Python script): the real interpreter."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "bin" / "jupyter").write_text(f"#!{sys.executable}\n{jupyter}")
+    (venv / "bin" / "jupyter").chmod(0o755)
+    return venv
+
+
+def _lab_job(env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    """lab_job.sh to its end, in its own session: past ``timeout`` all of it is killed, its server too."""
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "lab_job.sh")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _lab_env(tmp_path: Path, **more) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_"))}
+    return dict(env, DDP_TUTORIAL_ROOT=os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data"),
+                DDP_TUTORIAL_WORK=str(REPO / "workshop" / f"lab-job-test-{secrets.token_hex(4)}"),
+                TMPDIR=str(tmp_path), **more)
+
+
+def test_lab_job_refuses_a_port_that_is_no_port_or_taken(tmp_path):
+    """LJ04, LJ05: 0, 99999 and abc are refused in one line (0 never printed a URL, 99999 printed a wrong
+    tunnel); LJ03: a port another program holds is refused before anything starts."""
+    venv = _stand_in_venv(tmp_path, "raise SystemExit(1)")
+    for port in ("0", "99999", "abc", "-1"):
+        for lang, said in (("en", "a port is a number from 1 to 65535"), ("tr", "1 ile 65535 arasında bir sayı")):
+            proc = _lab_job(_lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv), DDP_TUTORIAL_LAB_PORT=port,
+                                     DDP_TUTORIAL_LANG=lang))
+            assert proc.returncode == 2 and said in proc.stderr and proc.stdout == "", (port, proc.stderr)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind((socket.gethostbyname(socket.gethostname()), 0))
+    holder.listen(1)
+    try:
+        env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv), DDP_TUTORIAL_LAB_PORT=str(holder.getsockname()[1]))
+        proc = _lab_job(env)
+        assert proc.returncode == 2 and f"port {holder.getsockname()[1]} is taken" in proc.stderr, proc.stderr
+        assert not Path(env["DDP_TUTORIAL_WORK"]).exists(), "a refused start made a working copy"
+    finally:
+        holder.close()
+
+
+IMPOSTOR = """
+import os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port = int(next(a for a in sys.argv if a.startswith("--port=")).split("=")[1])
+if os.fork() == 0:  # another program, not JupyterLab's process: it takes the port and answers 200 to anything
+    os.setsid()
+    if os.fork() == 0:
+        seen = open(os.environ["IMPOSTOR_SAW"], "a")
+        class Yes(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.write(f"{self.path} {self.headers.get('Authorization')}\\n"); seen.flush()
+                self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+        server = HTTPServer((sys.argv[sys.argv.index("--ip") + 1] if "--ip" in sys.argv else
+                             next(a for a in sys.argv if a.startswith("--ip=")).split("=")[1], port), Yes)
+        open(os.environ["IMPOSTOR_PID"], "w").write(str(os.getpid()))
+        server.timeout = 0.5
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            server.handle_request()
+    os._exit(0)
+time.sleep(4)  # "JupyterLab" never listens, and ends
+raise SystemExit(1)
+"""
+
+
+def test_lab_job_announces_only_its_own_server(tmp_path):
+    """LJ03: the port answers, but the listening socket is not our server's: no URL is printed and the token
+    is sent to no one (the old check, a TCP connect, printed the other program's server with the token)."""
+    saw, pid_file = tmp_path / "impostor-saw", tmp_path / "impostor-pid"
+    venv = _stand_in_venv(tmp_path, IMPOSTOR)
+    env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv), DDP_TUTORIAL_LAB_TOKEN="sekret-token-1234",
+                   IMPOSTOR_SAW=str(saw), IMPOSTOR_PID=str(pid_file))
+    try:
+        proc = _lab_job(env)
+        assert proc.returncode != 0 and "JupyterLab did not start" in proc.stderr, proc.stderr
+        assert "then open" not in proc.stdout and "sekret-token-1234" not in proc.stdout + proc.stderr
+        assert pid_file.exists(), "the stand-in never listened: the check above proves nothing"
+        assert "sekret-token-1234" not in (saw.read_text() if saw.exists() else "")
+    finally:
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        shutil.rmtree(env["DDP_TUTORIAL_WORK"], ignore_errors=True)
+        for p in Path(env["DDP_TUTORIAL_WORK"]).parent.glob(Path(env["DDP_TUTORIAL_WORK"]).name + "*"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+
+
+def test_lab_job_settings_copy_replaces_a_planted_link(tmp_path):
+    """SY01: in a writable class environment, overrides.json planted as a link to another file: the
+    settings copy replaces the link, the other file keeps its content (the old ``cp`` wrote through it)."""
+    venv = _stand_in_venv(tmp_path, "raise SystemExit(1)")
+    settings = venv / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True)
+    victim = tmp_path / "victim_rc"
+    victim.write_text("the victim's own file\n")
+    (settings / "overrides.json").symlink_to(victim)
+    env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv))
+    try:
+        proc = _lab_job(env)
+        assert "JupyterLab did not start" in proc.stderr, proc.stderr
+        assert victim.read_text() == "the victim's own file\n"
+        assert not (settings / "overrides.json").is_symlink()
+        assert (settings / "overrides.json").read_text() == (REPO / "notebooks" / "lab" / "overrides.json").read_text()
+        assert [p.name for p in settings.iterdir()] == ["overrides.json"]
+    finally:
+        for p in Path(env["DDP_TUTORIAL_WORK"]).parent.glob(Path(env["DDP_TUTORIAL_WORK"]).name + "*"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+
+
+AS_NOBODY = """
+import os, sys, urllib.error, urllib.request
+token = sys.stdin.read().strip()  # not on this check's own command line
+url_file, log, port, address = sys.argv[1:5]
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if token.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+            found.append(f"/proc/{pid}/cmdline")
+    except OSError:
+        pass
+for path in (url_file, log):
+    try:
+        if token in open(path, errors="replace").read():
+            found.append(path)
+    except OSError:
+        pass
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    code = opener.open(f"http://{address}:{port}/api/contents", timeout=10).status
+except urllib.error.HTTPError as error:
+    code = error.code
+print(code, *found)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_lab_job_is_its_owners_alone(tmp_path):
+    """LJ01 (class day P6): a second, unprivileged user of the node (uid 65534) finds the token on no command
+    line and in no file it can read (the job's log included), and the API refuses it; the owner's token
+    works. LJ11: a second lab on the same working copy is refused, naming the first. SIGTERM ends it all."""
+    log = tmp_path / "lab.out"
+    env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(REPO / ".venv"), DDP_TUTORIAL_LANG="en")
+    work = Path(env["DDP_TUTORIAL_WORK"]) / "en"
+    tmp_path.chmod(0o755)  # the job's log as a readable clone has it: readable by everyone
+    with log.open("w") as out:
+        lab = subprocess.Popen(["bash", str(REPO / "scripts" / "lab_job.sh")], stdout=out, stderr=subprocess.STDOUT,
+                               env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.chmod(0o644)
+    try:
+        shown = _wait_for("the address line", lambda: re.search(
+            r"== JupyterLab on (\S+):(\d+) .*\n.*\n== then open the address in (\S+) \(it holds the token; "
+            r"only you can read it\): cat \3", log.read_text(errors="replace")), 180, log)
+        port, url_file = int(shown.group(2)), Path(shown.group(3))
+        assert url_file == Path(f"{work}.lab-url") and url_file.stat().st_mode & 0o777 == 0o600
+        url = url_file.read_text().strip()
+        token = re.fullmatch(rf"http://localhost:{port}/lab/tree/00_setup\.ipynb\?token=(\w+)", url).group(1)
+        address = socket.gethostbyname(socket.gethostname())
+        with socket.create_connection((address, port), 5):
+            pass
+        assert not _listens_everywhere(port), f"JupyterLab listens on every interface (port {port})"
+        nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                                 "-I", "-c", AS_NOBODY, str(url_file), str(log), str(port), address],
+                                input=token, capture_output=True, text=True, timeout=60)
+        assert nobody.returncode == 0, nobody.stderr
+        assert nobody.stdout.split() == ["403"], f"uid 65534 saw: {nobody.stdout}"
+        owner = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(urllib.request.Request(
+            f"http://{address}:{port}/api/contents", headers={"Authorization": f"token {token}"}), timeout=10)
+        assert owner.status == 200
+        second = _lab_job(env)  # the same working copy (the same language)
+        assert second.returncode == 2 and f"pid {lab.pid}" in second.stderr and "is open in another JupyterLab" \
+            in second.stderr, second.stderr
+        assert url_file.exists(), "the refused second start removed the first's address file"
+        os.kill(lab.pid, signal.SIGTERM)
+        assert lab.wait(30) == 143
+        assert not url_file.exists(), "the address file outlived its server"
+    finally:
+        if lab.poll() is None:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
+        for p in work.parent.parent.glob(work.parent.name + "*"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+
+
+def _listens_everywhere(port: int) -> bool:
+    """Whether a socket listens on ``port`` at 0.0.0.0 or :: (this network namespace)."""
+    for table, anywhere in (("/proc/net/tcp", "00000000"), ("/proc/net/tcp6", "0" * 32)):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A" and local == f"{anywhere}:{port:04X}":
+                return True
+    return False
 
 
 GUARDED_KERNEL = """

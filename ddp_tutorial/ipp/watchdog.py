@@ -14,7 +14,9 @@ job — ``scancel``, its walltime — sends SIGTERM to every process of the job,
 SIGKILL a few seconds later (review N7): on SIGTERM or SIGHUP the watchdog does the same ending first,
 so the engines' own SLURM job never outlives the allocation that started it. Where
 ``DDP_TUTORIAL_ENGINE_JOBS`` names a file (scripts/lab_job.sh sets it), the engine job's id is also
-appended to it, for the lab job's own clean-up to ``scancel``.
+appended to it, for the lab job's own clean-up to ``scancel``; where ``DDP_TUTORIAL_CLUSTER_FILES``
+does, the ipyparallel cluster files to remove are, for the lab job to remove once every process of
+its session is gone (the kernel, while it lives, may write its cluster file again).
 
 This file also runs as a script (``python -I watchdog.py KERNEL_PID``): stdlib and psutil only.
 """
@@ -31,17 +33,25 @@ import time
 
 POLL_SECONDS = 0.5  # how often the watchdog also checks the kernel's pid (a forked child may hold the pipe)
 JOBS_FILE = "DDP_TUTORIAL_ENGINE_JOBS"  # a file the engine job ids are appended to (scripts/lab_job.sh)
+CLUSTER_FILES = "DDP_TUTORIAL_CLUSTER_FILES"  # a file the cluster files' paths are appended to (the same)
+KERNEL_GRACE = 5.0  # seconds the ending watchdog waits for its kernel before removing the cluster files
+
+
+def _record(variable: str, lines) -> None:
+    """Append ``lines`` to the file ``$variable`` names, if any (one short write)."""
+    path = os.environ.get(variable)
+    lines = [str(line) for line in lines if line]
+    if path and lines:
+        try:
+            with open(path, "a", encoding="utf-8") as record:
+                record.write("".join(f"{line}\n" for line in lines))
+        except OSError:
+            pass  # the clean-up has the watchdog still; a missing file is no reason to fail the start
 
 
 def record_job(job_id) -> None:
-    """Append ``job_id`` to the file ``$DDP_TUTORIAL_ENGINE_JOBS`` names, if any (one short write)."""
-    path = os.environ.get(JOBS_FILE)
-    if path and job_id:
-        try:
-            with open(path, "a", encoding="utf-8") as jobs:
-                jobs.write(f"{job_id}\n")
-        except OSError:
-            pass  # the clean-up has the watchdog still; a missing file is no reason to fail the start
+    """Append ``job_id`` to the file ``$DDP_TUTORIAL_ENGINE_JOBS`` names, if any."""
+    _record(JOBS_FILE, [job_id])
 
 
 class Guard:
@@ -54,8 +64,9 @@ class Guard:
              repr(psutil.Process().create_time())],  # the kernel may be gone before the watchdog runs
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
-        self.job_id, self.files = job_id, [str(f) for f in files]
+        self.job_id, self.files = job_id, [os.path.abspath(f) for f in files]
         record_job(job_id)
+        _record(CLUSTER_FILES, self.files)
         self.update(pids)
 
     def update(self, pids) -> None:
@@ -99,16 +110,22 @@ def _same_process(pid: int, started: float) -> bool:
         return False
 
 
-def _end(targets, job_id, files=()) -> None:
-    """scancel the job, kill what is guarded, remove ``files``: ipyparallel's cluster file of a SLURM cluster
-    whose kernel died would stay in the profile, and JupyterLab's ipyparallel extension, reading it at every
-    start, makes a ``log`` folder in the attendee's working copy."""
-    import psutil
+def _forget(files) -> None:
     for path in files:
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _end(targets, job_id, files=(), kernel=None) -> None:
+    """scancel the job, kill what is guarded, remove ``files``: ipyparallel's cluster file of a cluster
+    whose kernel died would stay in the profile, and JupyterLab's ipyparallel extension, reading it at every
+    start, makes a ``log`` folder in the attendee's working copy. A kernel still alive (SIGTERM reaches the
+    whole job at once) writes its cluster file again when it sees the controller stop: the files are removed
+    again once it is gone (``kernel``: its pid and start time), or after :data:`KERNEL_GRACE` seconds."""
+    import psutil
+    _forget(files)
     if job_id:
         try:
             subprocess.run(["scancel", str(job_id)], timeout=30, check=False,
@@ -131,6 +148,11 @@ def _end(targets, job_id, files=()) -> None:
     deadline = time.monotonic() + 5.0  # zombies count as gone: PID 1 may be slow to reap them
     while time.monotonic() < deadline and any(_running(handle) for handle in handles):
         time.sleep(0.05)
+    if files:
+        deadline = time.monotonic() + KERNEL_GRACE
+        while kernel and time.monotonic() < deadline and _same_process(*kernel):
+            time.sleep(0.05)
+        _forget(files)
 
 
 def _running(handle) -> bool:
@@ -159,7 +181,7 @@ def watch(kernel_pid: int, kernel_started: float) -> None:
     except _Ending:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one ending at a time: SLURM may signal twice
-    _end(state["targets"], state["job_id"], state["files"])
+    _end(state["targets"], state["job_id"], state["files"], kernel=(kernel_pid, kernel_started))
 
 
 def _follow(kernel_pid: int, kernel_started: float, state: dict) -> bool:

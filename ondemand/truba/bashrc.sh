@@ -18,6 +18,13 @@ if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${DDP_TUTORIAL_VENV:-}" ]; then
   export DDP_TUTORIAL_ROOT=${DDP_TUTORIAL_ROOT:-$HOME/ddp-data}   # or the class's shared, read-only data root
   export DDP_TUTORIAL_LANG=${DDP_TUTORIAL_LANG:-tr}
   export DDP_TUTORIAL_SLURM_PROFILE=${DDP_TUTORIAL_SLURM_PROFILE:-akya-cuda}
-  bash "$DDP_CHECKOUT/scripts/workshop_copy.sh" "$DDP_TUTORIAL_LANG" "$DDP_WORK/$DDP_TUTORIAL_LANG" >/dev/null 2>&1
+  # The working copy; what goes wrong is said on stderr (the session's log), in both languages.
+  if [ ! -f "$DDP_CHECKOUT/scripts/workshop_copy.sh" ]; then
+    echo "!! ddp-tutorial: $DDP_CHECKOUT deponun bir kopyası değil: git clone ile oraya alın ya da ~/.bashrc'deki DDP_CHECKOUT'u düzeltin / is no clone of the repository: clone it there or fix DDP_CHECKOUT in ~/.bashrc" >&2
+  elif [ "$DDP_TUTORIAL_LANG" != tr ] && [ "$DDP_TUTORIAL_LANG" != en ]; then
+    echo "!! ddp-tutorial: DDP_TUTORIAL_LANG=$DDP_TUTORIAL_LANG: dil tr ya da en olmalı / the language must be tr or en" >&2
+  elif ! bash "$DDP_CHECKOUT/scripts/workshop_copy.sh" "$DDP_TUTORIAL_LANG" "$DDP_WORK/$DDP_TUTORIAL_LANG" >/dev/null; then
+    echo "!! ddp-tutorial: $DDP_WORK/$DDP_TUTORIAL_LANG çalışma kopyası yapılamadı (nedeni yukarıda) / the working copy could not be made (the line above says why)" >&2
+  fi
 fi
 # <<< ddp-tutorial <<<

@@ -31,4 +31,11 @@ class FormContext
   end
 end
 
-print FormContext.new(JSON.parse(ARGV[1])).render(File.read(ARGV[0]))
+# A template that refuses a value raises; OnDemand shows the error's message on the form's page: so here,
+# that one line on stderr and exit 1.
+begin
+  print FormContext.new(JSON.parse(ARGV[1])).render(File.read(ARGV[0]))
+rescue StandardError => e
+  warn "#{e.class}: #{e.message}"
+  exit 1
+end
