@@ -7,25 +7,20 @@ A DDP script is written for one *convention*, the way it learns who it is:
   rank: ``env://``); fits torchrun, ``slurm render --template torchrun`` or ``per-gpu``, ``ipp.run_script``;
 * ``slurm`` — reads ``SLURM_PROCID``/``SLURM_LOCALID`` … and not ``RANK``; fits one SLURM task per process
   (``--template per-gpu``) and ``ipp.run_script`` (which then sets the SLURM names);
-* ``either`` — reads both sets. Which one wins is read from the order: the set read first (``if
-  "SLURM_PROCID" in os.environ: … else: … RANK``, ``os.environ.get("RANK", os.environ.get("SLURM_PROCID"))``).
-  RANK first fits every launcher; SLURM_PROCID first fits ``per-gpu`` and ``ipp.run_script`` (there srun's and
-  torchrun's numbers agree), not the torchrun template: each of its workers inherits its srun task's
-  SLURM_PROCID, so the workers of a node all take the same rank;
+* ``either`` — reads both sets; the one read first wins (``if "SLURM_PROCID" in os.environ: …``). RANK
+  first fits every launcher; SLURM_PROCID first fits ``per-gpu`` and ``ipp.run_script`` (srun's and
+  torchrun's numbers agree there), not the torchrun template (its workers inherit one SLURM_PROCID);
 * ``per-node`` — starts its own processes (``mp.spawn``), like the seed's per-node parent: one task per
   node, ``--template per-gpu --nproc-per-node 1``;
 * ``unknown`` — reads none of these: nothing to check (every process may think it is rank 0).
 
-Under the torchrun template a ``slurm`` script, or an ``either`` one that reads SLURM_PROCID first, hangs
-(``SLURM_PROCID`` is then the *node*'s number: two processes per node both say "rank 0"), so
-:func:`template_problem` refuses it at render time. A name read only to be printed or logged
-(``print(os.environ.get("SLURM_PROCID"))``, or a variable used only so) and a name written
-(``os.environ["RANK"] = …``) are not where the script learns its rank.
+Under the torchrun template a ``slurm`` script, or an ``either`` one that reads SLURM_PROCID first, hangs (two
+processes per node both say "rank 0"): :func:`template_problem` refuses it at render time. A name only
+printed or logged, or written (``os.environ["RANK"] = …``), is not where the script learns its rank.
 The findings (:func:`read_script`) are the lines a CUDA-only script changes to run on a CPU too
-(docs/own-script.md): ``set_device``, ``device_ids``, ``.to(local_rank)`` / ``.cuda()`` and any GPU
-number used as a device (``.to(args.gpu)``, ``device=args.gpu``, or passed to a function that does so),
-a hard-coded ``"nccl"``, a ``device_count()`` assert, ``--local_rank`` (torch.distributed.launch), and a
-process group that is never destroyed. The reading is linear in the script's length.
+(docs/own-script.md): ``set_device``, ``device_ids``, ``.cuda()``, a GPU number used as a device
+(``.to(local_rank)``, ``device=args.gpu``, or passed to a function that does so), a hard-coded ``"nccl"``,
+a ``device_count()`` assert, ``--local_rank`` (torch.distributed.launch), a process group never destroyed.
 """
 
 from __future__ import annotations
@@ -151,20 +146,14 @@ def _guarded_lines(lines: List[str]) -> List[bool]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         asks = bool(_GUARD.search(line))
-        guarded[index] = asks or (stack[-1][1] if stack else False)
-        # as a header: an if/elif/else that asks, or the else of an if (elif) that asked, guards its block
-        header_asks = text.startswith(("if ", "elif ", "else")) and asks
-        if text.startswith(("else", "elif ")) and chain.get(indent, False):
-            header_asks = True
-        if text.startswith("if "):
-            chain[indent] = asks
-        elif text.startswith("elif "):
-            chain[indent] = chain.get(indent, False) or asks
-        if text.startswith(("def ", "class ", "async def ")):
-            inside = header_asks
-        else:
-            inside = header_asks or (stack[-1][1] if stack else False)
-        stack.append((indent, inside))
+        around = stack[-1][1] if stack else False
+        guarded[index] = asks or around
+        # as a header: an if/elif/else that asks, or the else/elif of an if (elif) that asked, guards its block
+        header_asks = text.startswith(("if ", "elif ", "else")) and asks or \
+            text.startswith(("else", "elif ")) and chain.get(indent, False)
+        if text.startswith(("if ", "elif ")):
+            chain[indent] = asks or text.startswith("elif ") and chain.get(indent, False)
+        stack.append((indent, header_asks or around and not text.startswith(("def ", "class ", "async def "))))
     return guarded
 
 
@@ -194,15 +183,6 @@ _NUMBER_NAMES = re.compile(r"^(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|device_id|
 def _called(call: ast.Call) -> str:
     func = call.func
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-
-
-@dataclass
-class _Tree:
-    """What the syntax tree tells beyond single lines: where each launcher name is first read as a rank
-    source, the expressions that hold a GPU's number, and the calls that pass one on as a device."""
-    reads: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # name → (line, column) of its first read
-    numbers: Set[str] = field(default_factory=set)                   # e.g. "args.gpu", "gpu_id_in_node"
-    number_args: Set[int] = field(default_factory=set)               # line numbers
 
 
 def _nodes(tree: ast.AST) -> Tuple[List[ast.AST], Dict[ast.AST, ast.AST]]:
@@ -262,68 +242,92 @@ def _device_parameters(function: ast.AST) -> Set[str]:
     return used
 
 
-def _read_tree(source: str) -> Optional[_Tree]:
-    """The tree's reading, or None when the source does not parse (then the lines alone are read)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    found = _Tree()
-    nodes, parents = _nodes(tree)
-    loads: Dict[str, List[ast.Name]] = {}
-    devices: Set[str] = set()  # names and attributes that hold a torch.device or a device string
-    functions: Dict[str, ast.AST] = {}
-    calls: List[ast.Call] = []
-    launcher_names: List[ast.Constant] = []
-    wanted = _TORCHRUN.keys() | _SLURM.keys()
-    for node in nodes:
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, str) and node.value in wanted:
-                launcher_names.append(node)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            loads.setdefault(node.id, []).append(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions.setdefault(node.name, node)
-        elif isinstance(node, ast.Assign) and _is_device(node.value):
-            devices.update(ast.unparse(target) for target in node.targets)
-        elif isinstance(node, ast.Call):
-            calls.append(node)
-    for node in launcher_names:
-        above = parents.get(node)
-        if isinstance(above, ast.Subscript) and not isinstance(above.ctx, ast.Load):
-            continue  # os.environ["RANK"] = …: written, not read
-        if _shown_only(node, parents, loads):
-            continue
-        where = (node.lineno, node.col_offset)
-        if node.value not in found.reads or where < found.reads[node.value]:
-            found.reads[node.value] = where
-    for call in calls:  # set_device(n), device_ids=[n]: n is a GPU's number
-        held = call.args[:1] if _called(call) == "set_device" else []
-        for keyword in call.keywords:
-            if keyword.arg in ("device_ids", "output_device"):
-                value = keyword.value
-                held += value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-        found.numbers.update(ast.unparse(n) for n in held if isinstance(n, (ast.Name, ast.Attribute)))
-    found.numbers -= devices
-    as_devices: Dict[ast.AST, Set[str]] = {}
-    for call in calls:  # f(…, gpu_number, …) where f uses that parameter as a device
-        function = functions.get(_called(call))
-        if function is None or not isinstance(call.func, (ast.Name, ast.Attribute)):
-            continue
-        parameters = [a.arg for a in function.args.posonlyargs + function.args.args]
-        if isinstance(call.func, ast.Attribute) and parameters[:1] == ["self"]:
-            parameters = parameters[1:]
-        if function not in as_devices:
-            as_devices[function] = _device_parameters(function)
-        as_device = as_devices[function]
-        given = list(zip(parameters, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg]
-        for parameter, value in given:
-            if parameter in as_device and not _NUMBER_NAMES.match(parameter) and \
-                    isinstance(value, (ast.Name, ast.Attribute)):
-                text = ast.unparse(value)
-                if text in found.numbers or _NUMBER_NAMES.match(text):
-                    found.number_args.add(call.lineno)
-    return found
+@dataclass
+class _Tree:
+    """A script's syntax tree, read once: what it tells beyond single lines is where each launcher name is
+    first read as a rank source (:meth:`reads`), the expressions that hold a GPU's number (:meth:`numbers`),
+    and the calls that pass one on to a function that uses it as a device (:meth:`number_arguments`)."""
+    parents: Dict[ast.AST, ast.AST]
+    loads: Dict[str, List[ast.Name]] = field(default_factory=dict)
+    devices: Set[str] = field(default_factory=set)  # names and attributes that hold a device (torch.device, "cuda")
+    functions: Dict[str, ast.AST] = field(default_factory=dict)
+    calls: List[ast.Call] = field(default_factory=list)
+    launcher_names: List[ast.Constant] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, source: str) -> Optional["_Tree"]:
+        """The tree of ``source``, or None when it does not parse (then the lines alone are read)."""
+        try:
+            nodes, parents = _nodes(ast.parse(source))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
+        tree, wanted = cls(parents), _TORCHRUN.keys() | _SLURM.keys()
+        for node in nodes:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
+                tree.launcher_names.append(node)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                tree.loads.setdefault(node.id, []).append(node)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                tree.functions.setdefault(node.name, node)
+            elif isinstance(node, ast.Assign) and _is_device(node.value):
+                tree.devices.update(ast.unparse(target) for target in node.targets)
+            elif isinstance(node, ast.Call):
+                tree.calls.append(node)
+        return tree
+
+    def reads(self) -> Dict[str, Tuple[int, int]]:
+        """Launcher name → (line, column) where it is first read; written (``os.environ["RANK"] = …``) or
+        only shown (printed, logged) is not read."""
+        found: Dict[str, Tuple[int, int]] = {}
+        for node in self.launcher_names:
+            above = self.parents.get(node)
+            if isinstance(above, ast.Subscript) and not isinstance(above.ctx, ast.Load):
+                continue
+            if not _shown_only(node, self.parents, self.loads):
+                found[node.value] = min(found.get(node.value, (node.lineno, node.col_offset)),
+                                        (node.lineno, node.col_offset))
+        return found
+
+    def numbers(self) -> Set[str]:
+        """The expressions given to ``set_device(n)`` or ``device_ids=[n]`` that are not devices: GPU numbers."""
+        held: List[ast.AST] = []
+        for call in self.calls:
+            held += call.args[:1] if _called(call) == "set_device" else []
+            for keyword in call.keywords:
+                if keyword.arg in ("device_ids", "output_device"):
+                    value = keyword.value
+                    held += value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+        return {ast.unparse(n) for n in held if isinstance(n, (ast.Name, ast.Attribute))} - self.devices
+
+    def number_arguments(self, numbers: Set[str]) -> Set[int]:
+        """The lines of calls ``f(…, n, …)`` that pass a GPU number ``n`` to a parameter ``f`` uses as a device."""
+        as_device: Dict[ast.AST, Set[str]] = {}
+        lines = set()
+        for call in self.calls:
+            function = self.functions.get(_called(call))
+            if function is None:
+                continue
+            if function not in as_device:
+                as_device[function] = _device_parameters(function)
+            if any(parameter in as_device[function] and _is_number(value, numbers)
+                   for parameter, value in _arguments(call, function)):
+                lines.add(call.lineno)
+        return lines
+
+
+def _arguments(call: ast.Call, function: ast.AST) -> List[Tuple[str, ast.AST]]:
+    """(parameter, value) for each argument of ``call`` to ``function`` (``self`` skipped for a method)."""
+    parameters = [a.arg for a in function.args.posonlyargs + function.args.args]
+    if isinstance(call.func, ast.Attribute) and parameters[:1] == ["self"]:
+        parameters = parameters[1:]
+    return list(zip(parameters, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg]
+
+
+def _is_number(value: ast.AST, numbers: Set[str]) -> bool:
+    if not isinstance(value, (ast.Name, ast.Attribute)):
+        return False
+    text = ast.unparse(value)
+    return text in numbers or bool(_NUMBER_NAMES.match(text))
 
 
 def _number_uses(numbers: Set[str]) -> Optional[re.Pattern]:
@@ -337,12 +341,41 @@ def _number_uses(numbers: Set[str]) -> Optional[re.Pattern]:
 
 def _slurm_first(reads: Dict[str, Tuple[int, int]]) -> bool:
     """Both sets read: is srun's rank (or local rank) read before torchrun's — the one that wins?"""
-    for slurm, torchrun in ((names.SLURM_PROCID, names.RANK), (names.SLURM_LOCALID, names.LOCAL_RANK)):
-        if slurm in reads and torchrun in reads:
-            return reads[slurm] < reads[torchrun]
-    slurm = min((reads[n] for n in (names.SLURM_PROCID, names.SLURM_LOCALID) if n in reads), default=None)
-    torchrun = min((reads[n] for n in (names.RANK, names.LOCAL_RANK) if n in reads), default=None)
-    return slurm is not None and torchrun is not None and slurm < torchrun
+    pairs = [(names.SLURM_PROCID, names.RANK), (names.SLURM_LOCALID, names.LOCAL_RANK),
+             (names.SLURM_PROCID, names.LOCAL_RANK), (names.SLURM_LOCALID, names.RANK)]
+    both = [(slurm, torchrun) for slurm, torchrun in pairs if slurm in reads and torchrun in reads]
+    return bool(both) and reads[both[0][0]] < reads[both[0][1]]
+
+
+def _names_read(report: ScriptReport, text: str, tree: Optional[_Tree]) -> None:
+    """The launcher names the script reads, and whether srun's rank is read before torchrun's."""
+    if tree is not None:
+        reads = tree.reads()
+    else:  # not Python we can parse: any quoted name counts, in the order of the text
+        reads = {n: (m.start(), 0) for n, p in {**_TORCHRUN, **_SLURM}.items() for m in [p.search(text)] if m}
+    report.torchrun_names = [n for n in _TORCHRUN if n in reads]
+    report.slurm_names = [n for n in _SLURM if n in reads]
+    report.slurm_first = _slurm_first(reads)
+
+
+def _line_findings(code: List[str], tree: Optional[_Tree]) -> List[Finding]:
+    """The lines a CUDA-only script changes, each with its first kind that is not already guarded."""
+    numbers = tree.numbers() if tree is not None else set()
+    uses = _number_uses(numbers)
+    number_args = tree.number_arguments(numbers) if tree is not None else set()
+    guarded = _guarded_lines(code)
+    findings = []
+    for index, line in enumerate(code):
+        kinds = [kind for kind, pattern in _CUDA_LINES if pattern.search(line)] if line.strip() else []
+        kinds += ["to_cuda"] if uses is not None and uses.search(line) else []
+        kinds += ["device_number_arg"] if index + 1 in number_args else []
+        for kind in kinds:
+            if kind == "nccl" and "gloo" in line:  # "nccl" if … else "gloo": already chosen with the device
+                break
+            if kind in ("local_rank_arg", "device_count_assert") or not guarded[index]:
+                findings.append(Finding(index + 1, kind, line.strip()))
+                break
+    return findings
 
 
 def read_source(source: str, path: str = "<script>") -> ScriptReport:
@@ -350,35 +383,11 @@ def read_source(source: str, path: str = "<script>") -> ScriptReport:
     report = ScriptReport(path=path)
     code = _without_comments(source)
     text = "\n".join(code)
-    tree = _read_tree(source)
-    if tree is not None:
-        report.torchrun_names = [n for n in _TORCHRUN if n in tree.reads]
-        report.slurm_names = [n for n in _SLURM if n in tree.reads]
-        report.slurm_first = _slurm_first(tree.reads)
-    else:  # not Python we can parse: any quoted name counts, in the order of the text
-        firsts = {n: (m.start(), 0) for n, p in {**_TORCHRUN, **_SLURM}.items() for m in [p.search(text)] if m}
-        report.torchrun_names = [n for n in _TORCHRUN if n in firsts]
-        report.slurm_names = [n for n in _SLURM if n in firsts]
-        report.slurm_first = _slurm_first(firsts)
+    tree = _Tree.of(source)
+    _names_read(report, text, tree)
     report.spawns = any(_SPAWNS.search(line) for line in code)
     report.inits = bool(_INIT.search(text))
-    numbers = _number_uses(tree.numbers) if tree is not None else None
-    number_args = tree.number_args if tree is not None else set()
-    guarded = _guarded_lines(code)
-    for index, line in enumerate(code):
-        if not line.strip():
-            continue
-        kinds = [kind for kind, pattern in _CUDA_LINES if pattern.search(line)]
-        if numbers is not None and numbers.search(line):
-            kinds.append("to_cuda")
-        if index + 1 in number_args:
-            kinds.append("device_number_arg")
-        for kind in kinds:
-            if kind == "nccl" and "gloo" in line:  # "nccl" if … else "gloo": already chosen with the device
-                break
-            if kind in ("local_rank_arg", "device_count_assert") or not guarded[index]:
-                report.findings.append(Finding(index + 1, kind, line.strip()))
-                break
+    report.findings = _line_findings(code, tree)
     if report.inits and not _DESTROY.search(text):
         first = next(i for i, line in enumerate(code) if _INIT.search(line))
         report.findings.append(Finding(first + 1, "no_destroy", code[first].strip()))
