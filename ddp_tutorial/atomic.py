@@ -153,6 +153,16 @@ def write_with(target: PathLike, writer: Callable[[IO[bytes]], None], prefix: st
     """Write ``target`` by the rule above; ``writer(f)`` writes the content into the open binary
     file ``f``. ``mode``: the permissions of a new file before the umask (``0o777`` for a script);
     a ``writer`` may also ``fchmod`` its file itself. Returns ``target`` as given."""
+    try:
+        return _write_with(target, writer, prefix, mode)
+    except OSError as error:  # a full disk's write/fsync names no file: name the one the user asked for
+        if error.filename is None:
+            error.filename = str(target)
+        raise
+
+
+def _write_with(target: PathLike, writer: Callable[[IO[bytes]], None], prefix: str | None,
+                mode: Optional[int]) -> Path:
     kind, where = resolve(target)
     if kind != "replace":
         with _open_through(kind, where) as handle:

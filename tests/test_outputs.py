@@ -45,6 +45,15 @@ def test_a_character_device_is_written_through_never_replaced(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left
 
 
+def test_a_full_disk_names_the_file_that_could_not_be_written():
+    """A write or fsync that fails for lack of space names no file; write_with names the target the caller
+    gave, so every message built from the error says which file (round 5, DF01: it said `Cannot use ?`)."""
+    with pytest.raises(OSError) as caught:
+        atomic.write_with("/dev/full", lambda f: f.write(b"x" * 200_000))
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == "/dev/full"
+
+
 def test_a_block_device_is_refused(tmp_path):
     disk = _mknod(tmp_path / "disk", stat.S_IFBLK, 7, 0)
     for call in (lambda: atomic.write_text(disk, "x"), lambda: atomic.check_writable(disk)):
