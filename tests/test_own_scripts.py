@@ -168,13 +168,17 @@ def chosen(local_rank, world):
         torch.cuda.set_device(device)
     model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[device] if device.type == "cuda" else None)
     train(None, model, device, [])
+    autocast = device.type if device.type == "cuda" else "cpu"
+    if autocast == "cuda":
+        print("autocast")
 """
 
 
 def test_a_gpu_number_passed_on_through_a_parameter_is_listed():
     """The seed's ``.to(gpu_id_in_node)`` (a name known from ``device_ids``), and Princeton's
     ``train(args, model, local_rank, …)`` whose ``train`` does ``data.to(device)``; a device chosen once
-    (``torch.device(…) if … else …``) and passed on is right as it is."""
+    (``torch.device(…) if … else …``) and passed on is right as it is, and ``x == "cuda"`` is a question,
+    not the device ``"cuda"``."""
     from ddp_tutorial.script_check import read_source
     report = read_source(SEED_AND_PRINCETON_IDIOMS, "seed.py")
     assert [(f.line, f.kind) for f in report.findings] == [
