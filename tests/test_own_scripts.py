@@ -258,6 +258,9 @@ def test_a_slurm_first_script_is_sent_to_per_gpu_and_refused_under_torchrun(tmp_
     rc, out, err = render(tmp_path, "--template", "per-gpu", "--nodes", "2", "--nproc-per-node", "2",
                           "--script", str(SLURM_FIRST), lang=lang)
     assert rc == 0 and f"SCRIPT={SLURM_FIRST}" in out, err
+    rc, out, err = render(tmp_path, "--template", "torchrun", "--script", str(SLURM_FIRST),
+                          "--script-convention", "torchrun", lang=lang)  # the user's word wins over the reading
+    assert rc == 0 and f"SCRIPT={SLURM_FIRST}" in out, err
 
 
 def test_under_torchrun_in_an_srun_task_a_slurm_first_script_runs_twice_alone(tmp_path):
