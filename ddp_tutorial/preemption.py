@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 from .exits import REQUEUE as EXIT_REQUEUE  # 75, EX_TEMPFAIL in sysexits.h: "try again later"
 
-# (No torch import here: ddp_tutorial/__init__.py imports this module before anything else.)
+# ddp_tutorial/__init__.py imports this module before anything else, and a training process installs
+# remember_early_signal's handler right then: this module imports only what the interpreter has already
+# loaded (os, signal) and exits.py, so that nothing stands between the interpreter's start and the handler.
 EARLY_STOP_VARIABLE = "DDP_TUTORIAL_EARLY_STOP"  # "1": a launcher got SIGUSR1 before its children started
 
 
@@ -42,6 +43,11 @@ def early_signal() -> bool:
     return _early["requested"] or os.environ.get(EARLY_STOP_VARIABLE) == "1"
 
 
+def _in_main_thread() -> bool:
+    import threading  # here, not at the top: the early handler is installed before it is needed
+    return threading.current_thread() is threading.main_thread()
+
+
 class StopRequest:
     """A flag set by SIGUSR1 (or by :meth:`request`); train.py's stop vote asks all ranks about it."""
 
@@ -53,7 +59,7 @@ class StopRequest:
         self.requested = True
 
     def install(self, signum: int = signal.SIGUSR1) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
+        if _in_main_thread():
             self._previous = (signum, signal.signal(signum, self.request))
         return self
 
@@ -70,6 +76,6 @@ class StopRequest:
         """The stop is decided: ignore SIGUSR1 from now on. (SLURM may send the warning twice; a
         Python handler is reset to the default action while the interpreter exits, and the default
         action of SIGUSR1 ends the process — exit 75 would become "killed by SIGUSR1".)"""
-        if threading.current_thread() is threading.main_thread():
+        if _in_main_thread():
             signal.signal(signum, signal.SIG_IGN)
             self._previous = None

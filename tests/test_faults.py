@@ -620,11 +620,41 @@ def test_sigusr1_while_a_train_worker_imports_torch_is_kept_not_fatal(mnist_root
                              "--root", str(mnist_root), "--epochs", "1", "--train-subset", "2048",
                              "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-eval"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.3)  # the interpreter is up, torch is still being imported
-    proc.send_signal(signal.SIGUSR1)
-    output = proc.communicate(timeout=240)[0]
+    try:
+        # The signal goes at the first moment the worker catches SIGUSR1 (its SigCgt bit, set by
+        # ddp_tutorial/__init__.py), whatever the machine's load: before that only the interpreter's own
+        # start runs, which no handler of ours can cover. The worker is held (SIGSTOP) while the signal is
+        # sent, so that "torch not loaded yet" is read at the moment the signal is queued, not later.
+        deadline = time.monotonic() + 60
+        while not _catches(proc.pid, signal.SIGUSR1):
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker never caught SIGUSR1"
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGSTOP)
+        while _state(proc.pid) != "T":
+            time.sleep(0.001)
+        torch_loaded = "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
+        proc.send_signal(signal.SIGUSR1)
+        proc.send_signal(signal.SIGCONT)
+        output = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not torch_loaded, "SIGUSR1 is caught only once torch is loaded: a warning while a worker starts kills it"
     assert proc.returncode == 75, (proc.returncode, output)
     assert "SIGUSR1" in output, output
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Has the process a handler for ``signum`` (its bit in /proc/PID/status's SigCgt)?"""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_killed_writers_temporary_file_is_removed_by_the_next_run(tmp_path):
