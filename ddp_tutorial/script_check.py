@@ -174,8 +174,7 @@ def _without_comments(source: str) -> List[str]:
 
 
 # Calls whose arguments are only shown: a launcher name read inside one is not a rank source.
-_SHOWS = frozenset({"print", "pprint", "debug", "info", "warning", "warn", "error", "critical", "exception",
-                    "log", "write"})
+_SHOWS = frozenset("print pprint debug info warning warn error critical exception log write".split())
 # The GPU numbers every script calls so (the to_cuda pattern knows them).
 _NUMBER_NAMES = re.compile(r"^(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|device_id|local_gpu)$")
 
@@ -383,11 +382,15 @@ def read_source(source: str, path: str = "<script>") -> ScriptReport:
     report = ScriptReport(path=path)
     code = _without_comments(source)
     text = "\n".join(code)
-    tree = _Tree.of(source)
-    _names_read(report, text, tree)
+    try:
+        tree = _Tree.of(source)
+        _names_read(report, text, tree)
+        report.findings = _line_findings(code, tree)
+    except RecursionError:  # a tree nested too deeply to walk: the lines alone are read
+        _names_read(report, text, None)
+        report.findings = _line_findings(code, None)
     report.spawns = any(_SPAWNS.search(line) for line in code)
     report.inits = bool(_INIT.search(text))
-    report.findings = _line_findings(code, tree)
     if report.inits and not _DESTROY.search(text):
         first = next(i for i, line in enumerate(code) if _INIT.search(line))
         report.findings.append(Finding(first + 1, "no_destroy", code[first].strip()))

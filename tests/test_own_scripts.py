@@ -197,6 +197,14 @@ def test_a_long_script_is_read_in_linear_time():
     assert len(report.findings) == 8000 and spent < 2.0, spent
 
 
+def test_a_tree_too_deep_to_walk_is_read_by_its_lines():
+    """1 500 nested conditional expressions parse but are too deep to walk: the lines are read, no traceback."""
+    from ddp_tutorial.script_check import read_source
+    source = "import os\nx = " + " if c else ".join(["a"] * 1500) + '\nr = os.environ["RANK"]\ny.cuda()\n'
+    report = read_source(source)
+    assert report.convention == "torchrun" and [(f.line, f.kind) for f in report.findings] == [(4, "to_cuda")]
+
+
 @pytest.mark.parametrize("command", [["check-script", str(CUDA_ONLY)], ["slurm", "render", "--template", "torchrun"]])
 def test_output_into_a_pipe_whose_reader_left_is_quiet(tmp_path, command):
     """``ddp-tutorial check-script x.py | head -1``: a reader that left is not a path error. The pipe's
