@@ -70,7 +70,7 @@ VENV=${VENV:-.venv}
 
 # The class environment is a folder this script makes, and only that folder is ever opened to all:
 # --prefix takes a missing or empty folder, or one holding this script's marker and a pyvenv.cfg (a
-# class environment made before, being updated). Anything else (/, $HOME, a conda installation, a
+# class environment made before, being updated; one made before the marker existed: a venv with ddp_tutorial installed). Anything else (/, $HOME, a conda installation, a
 # project folder) is refused before anything runs in it, in DDP_TUTORIAL_LANG (tr | en; unset: both).
 MARKER=.ddp-tutorial-class-env
 refuse_prefix() {   # refuse_prefix EN TR
@@ -92,7 +92,9 @@ if [ -n "$prefix" ]; then
   elif [ -e "$VENV" ] && [ ! -d "$VENV" ]; then
     refuse_prefix "--prefix '$prefix' is a file, not a folder: give a new or empty folder for the class environment" \
       "--prefix '$prefix' bir dizin değil, dosya: sınıf ortamı için yeni ya da boş bir dizin verin"
-  elif [ -d "$VENV" ] && ! { [ -f "$VENV/$MARKER" ] && [ ! -L "$VENV/$MARKER" ] && [ -f "$VENV/pyvenv.cfg" ]; }; then
+  elif [ -d "$VENV" ] && ! { [ -f "$VENV/pyvenv.cfg" ] && { { [ -f "$VENV/$MARKER" ] && [ ! -L "$VENV/$MARKER" ]; } \
+         || compgen -G "$VENV/lib/python3*/site-packages/ddp_tutorial-*.dist-info" >/dev/null; }; }; then
+    # (a class environment made before the marker existed is a venv with this package installed: updated, and marked)
     entries=$(find "$VENV" -mindepth 1 -maxdepth 1 -print -quit 2>/dev/null) || entries=unreadable
     [ -z "$entries" ] || refuse_prefix \
       "--prefix '$prefix' already holds files and is no class environment made by this script (no $MARKER there): nothing was changed; give a new or empty folder" \

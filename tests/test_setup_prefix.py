@@ -144,3 +144,24 @@ def test_a_file_as_the_prefix_is_refused(tmp_path):
     (tmp_path / "env").write_text("")
     done = setup(tmp_path, "--prefix", "env", lang="tr")
     assert done.returncode == 2 and "bir dizin değil, dosya" in done.stderr, done.stderr
+
+
+def test_a_class_environment_made_before_the_marker_existed_is_updated_and_marked(tmp_path):
+    """A class environment built by an earlier setup.sh has no marker but is a venv with ddp_tutorial installed:
+    an instructor's update run takes it (and marks it); the same venv without the package is refused untouched."""
+    maker = stand_ins(tmp_path)
+    assert setup(tmp_path, "--prefix", "class-env", PYTHON=str(maker)).returncode == 0
+    prefix = tmp_path / "class-env"
+    marker = prefix / ".ddp-tutorial-class-env"
+    marker.unlink()
+    site = next(prefix.glob("lib/python3*")) / "site-packages"
+    installed = site / "ddp_tutorial-0.5.0.dist-info"
+    installed.mkdir(parents=True)
+    again = setup(tmp_path, "--prefix", "class-env", PYTHON=str(maker))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert marker.is_file()
+    marker.unlink()
+    installed.rmdir()
+    refused = setup(tmp_path, "--prefix", "class-env", PYTHON=str(maker))
+    assert refused.returncode == 2 and "no class environment made by this script" in refused.stderr, refused.stderr
+    assert not marker.exists()
