@@ -102,7 +102,10 @@ class Lab:
         self.marker = secrets.token_hex(8)
         self.work = REPO / "workshop" / f"browser-test-{self.marker}"
         self.log = tmp / f"lab-{lang}.log"
-        env = dict(os.environ, DDP_TUTORIAL_WORK=str(self.work), **{MARKER: self.marker})
+        # Its own IPython folder: no other test's ipyparallel cluster file reaches this JupyterLab (its
+        # ipyparallel extension loads every cluster file of the profile at start).
+        env = dict(os.environ, DDP_TUTORIAL_WORK=str(self.work), IPYTHONDIR=str(tmp / "ipython"),
+                   **{MARKER: self.marker})
         env.pop("DDP_TUTORIAL_LANG", None)
         self.proc = subprocess.Popen(
             ["bash", "scripts/lab.sh", lang, "--no-browser", f"--port={self.port}", "--ip=127.0.0.1",

@@ -218,7 +218,7 @@ if os.fork() == 0:  # another program, not JupyterLab's process: it takes the po
         while time.monotonic() < end:
             server.handle_request()
     os._exit(0)
-time.sleep(4)  # "JupyterLab" never listens, and ends
+time.sleep(2.5)  # "JupyterLab" never listens, and ends
 raise SystemExit(1)
 """
 
@@ -497,20 +497,28 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         "ddp_checkout": str(REPO)}))
     work = REPO / "workshop" / f"lab-job-test-{secrets.token_hex(4)}"
     log = tmp_path / "lab.out"
+    # This test's own IPython folder: its cluster files can reach no other test's JupyterLab
+    ipython = tmp_path / "ipython"
     # bc_num_hours and the job's name/output are what OnDemand itself adds to the rendered options
     options = sbatch_options(0) + ["--time=01:00:00", "--job-name=ood-ddp-lab", f"--output={log}"]
-    env = dict(lab.env, DDP_TUTORIAL_WORK=str(work))
+    env = dict(lab.env, DDP_TUTORIAL_WORK=str(work), IPYTHONDIR=str(ipython))
     submitted = subprocess.run(["sbatch", "--parsable", *options, str(script)], env=env, cwd=tmp_path,
                                capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    tunnel = None
+    tunnel, other = None, None
     try:
-        text = _wait_for("the URL line", lambda: re.search(
-            r"ssh -N -L (\d+):(\S+):\1 \S+@\S+\n== then open: (http://localhost:\d+/lab/tree/00_setup\.ipynb\?token=\w+)",
+        text = _wait_for("the address line", lambda: re.search(
+            r"ssh -N -L (\d+):(\S+):\1 \S+@\S+\n== then open the address in (\S+) \(",
             log.read_text(errors="replace") if log.exists() else ""), 180, log)
-        port, node, url = int(text.group(1)), text.group(2), text.group(3)
+        port, node, url_file = int(text.group(1)), text.group(2), Path(text.group(3))
         assert node in lab.node_names, text.group(0)
+        assert url_file.stat().st_mode & 0o777 == 0o600, oct(url_file.stat().st_mode)
+        url = url_file.read_text().strip()
+        token = re.fullmatch(rf"http://localhost:{port}/lab/tree/00_setup\.ipynb\?token=(\w+)", url).group(1)
+        assert token not in log.read_text(errors="replace"), "the token is in the job's log"
+        jupyter = [int(p.split()[0]) for p in lab_processes(lab) if "jupyter-lab" in p]
+        assert jupyter and all(token.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in jupyter)
         # A last cell starts engines through SLURM from the kernel (as 05 does) and leaves them running.
         notebook_path = work / "en" / "00_setup.ipynb"
         notebook = json.loads(notebook_path.read_text(encoding="utf-8"))
@@ -534,6 +542,16 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert engines, "the kernel started no SLURM engine job: the check below would prove nothing"
         before = lab_processes(lab)
         assert any("ipengine" in p or "ipyparallel" in p for p in before) and any("jupyter" in p for p in before)
+        # A job submitted from the lab (as 05's slurm.submit or `!sbatch` in a cell: the lab's environment,
+        # its marker included) on the lab's node is another job: the lab's end leaves it running (LJ07).
+        lab_env = dict(v.split("=", 1) for v in Path(f"/proc/{jupyter[0]}/environ").read_text(errors="replace").split("\0") if "=" in v)
+        assert "DDP_TUTORIAL_LAB_SESSION" in lab_env
+        started_file = tmp_path / "other-started"
+        other = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "other.out"), "--wrap",
+                                f"touch {started_file}; exec sleep 300"], env=lab_env, capture_output=True, text=True,
+                               timeout=60, cwd=tmp_path).stdout.strip().split(";")[0]
+        assert other, "the job submitted from the lab was refused"
+        _wait_for("the job submitted from the lab to start", started_file.exists, 60, tmp_path / "other.out")
 
         lab.run(["scancel", job])
         cancelled = time.monotonic()
@@ -546,14 +564,17 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert not left, f"processes left 10 s after scancel: {left}"
         assert not queued, f"jobs still in the queue 10 s after scancel: {queued}"
         assert "cancelling the engine jobs" in log.read_text(errors="replace")
-        # ipyparallel's file of the kernel's SLURM cluster goes too (the watchdog removes it): left behind, it made
-        # every later JupyterLab (its ipyparallel extension) create a `log` folder in the attendee's working copy.
-        security = Path(os.path.expanduser("~/.ipython/profile_default/security"))
-        stale = [f.name for f in security.glob("cluster-*.json")
-                 if any(f'"job_id": "{j}"' in f.read_text(errors="replace") for j in engines)]
-        assert not stale, f"cluster files of the cancelled engine jobs {engines} left: {stale}"
+        time.sleep(2)  # a job the clean-up had signalled would be ending by now
+        state = lab.run(["squeue", "-h", "-j", other, "-o", "%T"], check=False).stdout.strip()
+        assert state == "RUNNING", f"the job submitted from the lab ended with the lab: {state or 'gone'} " \
+                                   f"{lab.run(['sacct', '-n', '-j', other, '-o', 'State,ExitCode'], check=False).stdout}"
+        # ipyparallel's cluster files of the kernel's clusters go too (lab_job.sh removes them once every process
+        # of the session is gone): left behind, a later JupyterLab's ipyparallel extension loads them.
+        stale = sorted(str(f.relative_to(ipython)) for f in ipython.rglob("cluster-*.json"))
+        assert not stale, f"cluster files of the ended session left: {stale}"
+        assert not url_file.exists(), "the address file outlived its server"
     finally:
         if tunnel:
             tunnel.close()
-        lab.run(["scancel", job], check=False)
+        lab.run(["scancel", job] + ([other] if other else []), check=False)
         shutil.rmtree(work, ignore_errors=True)
