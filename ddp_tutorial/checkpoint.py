@@ -291,6 +291,7 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
         why = t("ckpt_guard.unreadable", error=type(error).__name__)
         raise TutorialError("ckpt.corrupt", path=str(path), why=why) from None
     _check_types(path, state)
+    _check_finite(path, state)
     if state["format_version"] != FORMAT_VERSION:
         raise TutorialError("ckpt.mismatch", path=str(path), field="format_version",
                             saved=state["format_version"], current=FORMAT_VERSION)
@@ -334,6 +335,16 @@ def _check_types(path: Path, state: Any) -> None:
         wrong.append("rng")
     if wrong:
         raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.wrong_types", keys=", ".join(wrong)))
+
+
+def _check_finite(path: Path, state: Dict[str, Any]) -> None:
+    """Weights that are not numbers (NaN, ±infinity: a run that diverged, or a damaged file) are refused:
+    a run resumed from them trains on with a loss of nan and learns nothing, without a word."""
+    bad = [name for name, value in state["model"].items()
+           if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all())]
+    if bad:
+        names = ", ".join(bad[:3]) + (" …" if len(bad) > 3 else "")
+        raise TutorialError("ckpt.not_finite", path=str(path), names=names)
 
 
 def _check_partial(path: Path, state: Dict[str, Any]) -> None:

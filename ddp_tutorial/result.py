@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -51,7 +52,19 @@ class TrainResult:
     omp_wait_policy: str = ""     # OMP_WAIT_POLICY as this process saw it ("" = OpenMP's default)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields, with every number that is not finite (a loss of nan after a divergence) as None:
+        the JSON file holds null there, never the bare NaN/Infinity tokens strict JSON readers refuse."""
+        return _finite(asdict(self))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def weights_digest(model) -> str:
