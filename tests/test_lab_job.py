@@ -300,6 +300,8 @@ def test_lab_job_is_its_owners_alone(tmp_path):
     """LJ01 (class day P6): a second, unprivileged user of the node (uid 65534) finds the token on no command
     line and in no file it can read (the job's log included), and the API refuses it; the owner's token
     works. LJ11: a second lab on the same working copy is refused, naming the first. SIGTERM ends it all."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access("/usr/bin/python3", os.X_OK):
+        _need("root, setpriv and /usr/bin/python3", "the test acts as a second, unprivileged user (uid 65534)")
     log = tmp_path / "lab.out"
     env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(REPO / ".venv"), DDP_TUTORIAL_LANG="en")
     work = Path(env["DDP_TUTORIAL_WORK"]) / "en"
