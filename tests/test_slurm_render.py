@@ -726,3 +726,21 @@ def test_a_broken_bilingual_comment_is_a_clear_error():
         with pytest.raises(TutorialError) as caught:
             in_language(broken, "tr", "x.sbatch")
         assert caught.value.key == "slurm_script.broken_marker" and "x.sbatch" in str(caught.value)
+
+
+@pytest.mark.parametrize("script", [None, "/home/me/train.py"])
+def test_torchrun_is_told_to_pass_sigusr1_on_by_its_own_option(script, tmp_path):
+    """torch 2.14's torchrun overwrites TORCHELASTIC_SIGNALS_TO_HANDLE from its --signals-to-handle option
+    (default without SIGUSR1: the preemption signal killed torchrun, exit 138, and the workers trained on).
+    The launch srun gets, read by the pinned torch's own parser, must hand SIGUSR1 on; nothing exports the
+    variable. A real SIGUSR1: tests/test_torchrun_preemption.py."""
+    from torch.distributed.run import get_args_parser
+
+    spec = slurm.JobSpec(template="torchrun", nodes=2, nproc_per_node=2, run_dir=str(tmp_path / "runs"), script=script)
+    text = slurm.render(spec)
+    assert "TORCHELASTIC_SIGNALS_TO_HANDLE=" not in text
+    argv = _run_with_stubs(text, tmp_path)
+    options = argv[argv.index("torch.distributed.run") + 1:]
+    parsed = get_args_parser().parse_args(options)
+    assert "SIGUSR1" in parsed.signals_to_handle.split(","), parsed.signals_to_handle
+    assert {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"} <= set(parsed.signals_to_handle.split(","))
