@@ -269,6 +269,73 @@ def test_lab_job_settings_copy_replaces_a_planted_link(tmp_path):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
 
 
+SESSION = """
+import json, os, signal, subprocess, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+arg = lambda name: next(a.split("=", 1)[1] for a in sys.argv if a.startswith(f"--{name}="))
+token = json.load(open(arg("config")))["IdentityProvider"]["token"]
+here = os.environ["SESSION_DIR"]
+cluster = os.path.join(here, "cluster-1-abcd.json")  # as a kernel's ipyparallel cluster, recorded by its Guard
+open(cluster, "w").write("{}")
+open(os.environ["DDP_TUTORIAL_CLUSTER_FILES"], "a").write(cluster + "\\n")
+def outside(name, **env):  # a process out of the lab's process tree (setsid -f: reparented), with the marker
+    subprocess.run(["setsid", "-f", sys.executable, "-c", f"import os, time; open({os.path.join(here, name)!r}, 'w')"
+                    ".write(str(os.getpid())); time.sleep(120)"], env=dict(os.environ, **env), check=True)
+outside("other-job", SLURM_JOB_ID="999")  # a job submitted from the lab, on this node: another job
+outside("same-session")                   # a kernel's process that left the tree: this session's
+def ending(*_):  # a kernel still alive at the end sees its controller stop and writes its cluster file again
+    open(cluster, "w").write('{"state": "running"}')
+    os._exit(0)
+signal.signal(signal.SIGTERM, ending)
+class Status(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.headers.get("Authorization") == f"token {token}" else 403)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+HTTPServer((arg("ip"), int(arg("port"))), Status).serve_forever()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def test_lab_job_end_spares_other_jobs_and_removes_the_cluster_files(tmp_path):
+    """LJ07 without SLURM: at the lab's end a marked process of another job (SLURM_JOB_ID of its own, as a
+    job submitted from the lab has) lives on, a marked one of this session that left the process tree is
+    ended. P7: the cluster file a kernel wrote again while the session ended is removed once all is gone."""
+    venv = _stand_in_venv(tmp_path, SESSION)
+    env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv), SESSION_DIR=str(tmp_path))
+    log = tmp_path / "lab.out"
+    with log.open("w") as out:
+        lab = subprocess.Popen(["bash", str(REPO / "scripts" / "lab_job.sh")], stdout=out, stderr=subprocess.STDOUT,
+                               env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    pids = {}
+    try:
+        _wait_for("the address line", lambda: "== then open the address in" in log.read_text(), 60, log)
+        for name in ("other-job", "same-session"):
+            _wait_for(name, lambda: (tmp_path / name).exists() and (tmp_path / name).read_text(), 10, log)
+            pids[name] = int((tmp_path / name).read_text())
+        assert _alive(pids["other-job"]) and _alive(pids["same-session"])
+        lab.send_signal(signal.SIGTERM)
+        assert lab.wait(30) == 143, log.read_text()
+        assert _alive(pids["other-job"]), "the lab's end killed a process of another job"
+        assert not _alive(pids["same-session"]), "a process of the lab's own session outlived it"
+        assert not (tmp_path / "cluster-1-abcd.json").exists(), "the session's cluster file was left"
+    finally:
+        if lab.poll() is None:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(env["DDP_TUTORIAL_WORK"], ignore_errors=True)
+
+
 AS_NOBODY = """
 import os, sys, urllib.error, urllib.request
 token = sys.stdin.read().strip()  # not on this check's own command line
@@ -363,7 +430,7 @@ GUARDED_KERNEL = """
 import subprocess, sys, time
 from ddp_tutorial.ipp.watchdog import Guard
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-guard = Guard([child.pid], job_id="4242")
+guard = Guard([child.pid], job_id="4242", files=[sys.argv[1]])
 print(child.pid, guard.process.pid, flush=True)
 time.sleep(120)
 """
@@ -376,14 +443,18 @@ def test_the_watchdog_ends_the_engine_job_on_sigterm(tmp_path):
     that records its arguments (the real one on the lab: the test below)."""
     import psutil
     bin_dir, called, jobs = tmp_path / "bin", tmp_path / "scancel-called", tmp_path / "engine-jobs"
+    cluster, clusters = tmp_path / "cluster-1-abcd.json", tmp_path / "cluster-files"
+    cluster.write_text("{}")
     bin_dir.mkdir()
     (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {called}\n')
     (bin_dir / "scancel").chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", DDP_TUTORIAL_ENGINE_JOBS=str(jobs))
-    kernel = subprocess.Popen([sys.executable, "-c", GUARDED_KERNEL], stdout=subprocess.PIPE, text=True, env=env)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", DDP_TUTORIAL_ENGINE_JOBS=str(jobs),
+               DDP_TUTORIAL_CLUSTER_FILES=str(clusters))
+    kernel = subprocess.Popen([sys.executable, "-c", GUARDED_KERNEL, str(cluster)], stdout=subprocess.PIPE, text=True,
+                              env=env)
     try:
         child_pid, watchdog_pid = map(int, kernel.stdout.readline().split())
-        assert jobs.read_text() == "4242\n"
+        assert jobs.read_text() == "4242\n" and clusters.read_text() == f"{cluster}\n"
         time.sleep(0.5)  # the watchdog has read its targets
         os.kill(watchdog_pid, signal.SIGTERM)
         began = time.monotonic()
@@ -391,6 +462,7 @@ def test_the_watchdog_ends_the_engine_job_on_sigterm(tmp_path):
                 and time.monotonic() - began < 10:
             time.sleep(0.05)
         assert called.read_text().split() == ["4242"]
+        assert not cluster.exists(), "the watchdog left the cluster file"
         assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE
     finally:
         kernel.kill()
