@@ -94,7 +94,7 @@ esac
 # The port: OnDemand's (or one given by hand) must be a port; else a free one is chosen below.
 port=${DDP_TUTORIAL_LAB_PORT:-}
 if [ -n "$port" ] && { ! [[ $port =~ ^[0-9]{1,5}$ ]] || [ $((10#$port)) -lt 1 ] || [ $((10#$port)) -gt 65535 ]; }; then
-  say "!! DDP_TUTORIAL_LAB_PORT=$port: bağlantı noktası 1 ile 65535 arasında bir sayı olmalı (boş bırakın: boş bir bağlantı noktası seçilir)" \
+  say "!! DDP_TUTORIAL_LAB_PORT=$port: port 1 ile 65535 arasında bir sayı olmalı (boş bırakın: boş bir port seçilir)" \
       "!! DDP_TUTORIAL_LAB_PORT=$port: a port is a number from 1 to 65535 (leave it unset and a free one is chosen)" >&2
   exit 2
 fi
@@ -121,7 +121,7 @@ PY
   3) say "!! bu düğümün adı ($(hostname)) bir adrese çözülmüyor: JupyterLab'a tünel de vekil de ulaşamaz; sistem yöneticinize sorun" \
          "!! this node's name ($(hostname)) resolves to no address: neither a tunnel nor a proxy could reach JupyterLab; ask your system administrators" >&2
      exit 2 ;;
-  4) say "!! $port bağlantı noktası bu düğümde ($picked) dolu: başka bir program kullanıyor. DDP_TUTORIAL_LAB_PORT'u boş bırakın (boş bir bağlantı noktası seçilir) ya da başka bir numara verin" \
+  4) say "!! $port portu bu düğümde ($picked) dolu: başka bir program kullanıyor. DDP_TUTORIAL_LAB_PORT'u boş bırakın (boş bir port seçilir) ya da başka bir numara verin" \
          "!! port $port is taken on this node ($picked): another program holds it. Leave DDP_TUTORIAL_LAB_PORT unset (a free one is chosen) or give another number" >&2
      exit 2 ;;
   *) exit 1 ;;
@@ -134,7 +134,7 @@ mkdir -p "$(dirname "$work")"
 lockfile=$work.lab-lock
 exec {lock}>>"$lockfile"
 held=0
-flock -n -E 75 "$lock" || held=$?
+flock -n -E 75 "$lock" 2>/dev/null || held=$?   # a file system without locks: no check (75: held)
 if [ $held = 75 ]; then
   first=$(head -c 300 "$lockfile" 2>/dev/null | head -n 1)
   say "!! $work zaten başka bir JupyterLab'da açık (${first:-?}): önce onu kapatın (scancel İŞNO), ya da bu oturuma DDP_TUTORIAL_WORK ile ayrı bir kopya verin" \
