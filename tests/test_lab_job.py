@@ -173,7 +173,7 @@ def _lab_env(tmp_path: Path, **more) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_"))}
     return dict(env, DDP_TUTORIAL_ROOT=os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data"),
                 DDP_TUTORIAL_WORK=str(REPO / "workshop" / f"lab-job-test-{secrets.token_hex(4)}"),
-                TMPDIR=str(tmp_path), **more)
+                TMPDIR=str(tmp_path), IPYTHONDIR=str(tmp_path / "ipython"), **more)  # this test's own
 
 
 def test_lab_job_refuses_a_port_that_is_no_port_or_taken(tmp_path):
