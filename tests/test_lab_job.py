@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -339,26 +340,31 @@ def test_lab_job_end_spares_other_jobs_and_removes_the_cluster_files(tmp_path):
 AS_NOBODY = """
 import os, sys, urllib.error, urllib.request
 token = sys.stdin.read().strip()  # not on this check's own command line
-url_file, log, port, address = sys.argv[1:5]
-found = []
+log, port, address, *folders = sys.argv[1:]
+found, read = [], 0
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         if token.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
             found.append(f"/proc/{pid}/cmdline")
     except OSError:
         pass
-for path in (url_file, log):
-    try:
-        if token in open(path, errors="replace").read():
-            found.append(path)
-    except OSError:
-        pass
+for folder in folders:  # every file this user can read there: the log, the working copy, the start's state
+    for where, _, names in os.walk(folder):
+        for name in names:
+            try:
+                with open(os.path.join(where, name), "rb") as file:
+                    text = file.read()
+            except OSError:
+                continue
+            read += 1
+            if token.encode() in text:
+                found.append(os.path.join(where, name))
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 try:
     code = opener.open(f"http://{address}:{port}/api/contents", timeout=10).status
 except urllib.error.HTTPError as error:
     code = error.code
-print(code, *found)
+print(code, os.access(log, os.R_OK), read > 1, *found)
 """
 
 
@@ -369,10 +375,13 @@ def test_lab_job_is_its_owners_alone(tmp_path):
     works. LJ11: a second lab on the same working copy is refused, naming the first. SIGTERM ends it all."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access("/usr/bin/python3", os.X_OK):
         _need("root, setpriv and /usr/bin/python3", "the test acts as a second, unprivileged user (uid 65534)")
-    log = tmp_path / "lab.out"
-    env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(REPO / ".venv"), DDP_TUTORIAL_LANG="en")
+    # A folder everyone can enter (pytest's own is its owner's), as a readable clone is: the job's log (0644)
+    # and the start's TMPDIR (its state folder) are there.
+    shared = Path(tempfile.mkdtemp(prefix="ddp-lab-test-", dir="/tmp"))
+    shared.chmod(0o755)
+    log = shared / "lab.out"
+    env = dict(_lab_env(tmp_path, DDP_TUTORIAL_VENV=str(REPO / ".venv"), DDP_TUTORIAL_LANG="en"), TMPDIR=str(shared))
     work = Path(env["DDP_TUTORIAL_WORK"]) / "en"
-    tmp_path.chmod(0o755)  # the job's log as a readable clone has it: readable by everyone
     with log.open("w") as out:
         lab = subprocess.Popen(["bash", str(REPO / "scripts" / "lab_job.sh")], stdout=out, stderr=subprocess.STDOUT,
                                env=env, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -390,10 +399,11 @@ def test_lab_job_is_its_owners_alone(tmp_path):
             pass
         assert not _listens_everywhere(port), f"JupyterLab listens on every interface (port {port})"
         nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-                                 "-I", "-c", AS_NOBODY, str(url_file), str(log), str(port), address],
-                                input=token, capture_output=True, text=True, timeout=60)
+                                 "-I", "-c", AS_NOBODY, str(log), str(port), address, str(shared),
+                                 str(work.parent)], input=token, capture_output=True, text=True, timeout=60)
         assert nobody.returncode == 0, nobody.stderr
-        assert nobody.stdout.split() == ["403"], f"uid 65534 saw: {nobody.stdout}"
+        # 403, the log readable (the check reads what a readable clone shows), files read, the token in none
+        assert nobody.stdout.split() == ["403", "True", "True"], f"uid 65534 saw: {nobody.stdout}"
         owner = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(urllib.request.Request(
             f"http://{address}:{port}/api/contents", headers={"Authorization": f"token {token}"}), timeout=10)
         assert owner.status == 200
@@ -410,6 +420,7 @@ def test_lab_job_is_its_owners_alone(tmp_path):
             lab.wait()
         for p in work.parent.parent.glob(work.parent.name + "*"):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _listens_everywhere(port: int) -> bool:
