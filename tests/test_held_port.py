@@ -1,4 +1,4 @@
-"""Rank 0's held port (``ipp.remote.hold_master_port``) is the one its ``init_process_group`` takes, call
+"""Rank 0's held port (``ipp.held_port.hold_master_port``) is the one its ``init_process_group`` takes, call
 after call on one engine — also when the kernel hands the engine a port an earlier call used.
 
 torch keeps a table of its multi-tenant store servers by port; the entry of a server that is gone stays, and
@@ -22,14 +22,14 @@ ROUNDS = '''
 import os, sys
 sys.path.insert(0, {repo!r})
 import torch, torch.distributed as dist
-from ddp_tutorial.ipp import remote
+from ddp_tutorial.ipp import held_port
 for port in range(40200, 40216):           # 16 dead entries in torch's table, then only their ports to hand out
     dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, multi_tenant=True)
 with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as ports:
     ports.write("40200 40215")
 ports = []
 for round in range(5):
-    port = remote.hold_master_port("127.0.0.1")
+    port = held_port.hold_master_port("127.0.0.1")
     ports.append(port)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=0, world_size=1)

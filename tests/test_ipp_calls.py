@@ -3,7 +3,6 @@ IP02, IP03, IP05, IP06, IP09, IP10, IP11, IP16, IP18). Real local engines, real 
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 

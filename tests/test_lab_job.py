@@ -160,7 +160,8 @@ def _stand_in_venv(tmp_path: Path, jupyter: str) -> Path:
 def _lab_job(env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     """lab_job.sh to its end, in its own session: past ``timeout`` all of it is killed, its server too."""
     proc = subprocess.Popen(["bash", str(REPO / "scripts" / "lab_job.sh")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -629,7 +630,8 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert any("ipengine" in p or "ipyparallel" in p for p in before) and any("jupyter" in p for p in before)
         # A job submitted from the lab (as 05's slurm.submit or `!sbatch` in a cell: the lab's environment,
         # its marker included) on the lab's node is another job: the lab's end leaves it running (LJ07).
-        lab_env = dict(v.split("=", 1) for v in Path(f"/proc/{jupyter[0]}/environ").read_text(errors="replace").split("\0") if "=" in v)
+        environ = Path(f"/proc/{jupyter[0]}/environ").read_text(errors="replace").split("\0")
+        lab_env = dict(v.split("=", 1) for v in environ if "=" in v)
         assert "DDP_TUTORIAL_LAB_SESSION" in lab_env
         started_file = tmp_path / "other-started"
         other = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "other.out"), "--wrap",
@@ -651,8 +653,8 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert "cancelling the engine jobs" in log.read_text(errors="replace")
         time.sleep(2)  # a job the clean-up had signalled would be ending by now
         state = lab.run(["squeue", "-h", "-j", other, "-o", "%T"], check=False).stdout.strip()
-        assert state == "RUNNING", f"the job submitted from the lab ended with the lab: {state or 'gone'} " \
-                                   f"{lab.run(['sacct', '-n', '-j', other, '-o', 'State,ExitCode'], check=False).stdout}"
+        accounting = lab.run(["sacct", "-n", "-j", other, "-o", "State,ExitCode"], check=False).stdout
+        assert state == "RUNNING", f"the job submitted from the lab ended with the lab: {state or 'gone'} {accounting}"
         # ipyparallel's cluster files of the kernel's clusters go too (lab_job.sh removes them once every process
         # of the session is gone): left behind, a later JupyterLab's ipyparallel extension loads them.
         stale = sorted(str(f.relative_to(ipython)) for f in ipython.rglob("cluster-*.json"))

@@ -540,8 +540,8 @@ def test_rank_0s_port_is_held_from_its_choice_until_its_group_takes_it(engines):
     assert ipp.run(try_to_take_the_port, n=2, group=False, keep=True)[0] == (False, 2.0)
 
     def the_groups_port(env):
-        from ddp_tutorial.ipp import remote
-        return env.master_port, [store.port for store in remote._HELD_STORE]
+        from ddp_tutorial.ipp import held_port
+        return env.master_port, [store.port for store in held_port._HELD_STORE]
 
     # The notebooks' mode: the group is made on the port rank 0's engine holds (held there, on no other engine).
     (port, held), (_, none_held) = ipp.run(the_groups_port, n=2, keep=True)

@@ -65,7 +65,7 @@ def read_line(process: subprocess.Popen, timeout: float) -> str:
 RANK = r'''
 import json, os, sys
 from ddp_tutorial import device_rule, i18n, process_group, whoami  # what a call imports: before the starving
-from ddp_tutorial.ipp import remote
+from ddp_tutorial.ipp import held_port, remote
 
 def who_am_i(env):
     import torch.distributed as dist
@@ -75,7 +75,7 @@ rank = int(sys.argv[1])
 print("ready", flush=True)
 for line in sys.stdin:
     if line.strip() == "hold":
-        print(remote.hold_master_port("127.0.0.1"), flush=True)
+        print(held_port.hold_master_port("127.0.0.1"), flush=True)
         continue
     place = remote.Place(rank=rank, world_size=2, local_rank=rank, nproc_per_node=2, master_addr="127.0.0.1",
                          master_port=int(line), lang="en", use_cuda=False)

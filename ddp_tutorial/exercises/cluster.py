@@ -71,11 +71,6 @@ def sbatch_directives(text):
     return Directives(options, first_command, late, indented)
 
 
-def sbatch_options(text):
-    """``{option: value}`` of the ``#SBATCH --option[=value]`` lines sbatch reads (:func:`sbatch_directives`)."""
-    return sbatch_directives(text).options
-
-
 def _grade_sbatch(text):
     if not isinstance(text, str):
         fail("ex.fixed_sbatch.type", got=type(text).__name__)

@@ -169,9 +169,9 @@ class EngineSet:
 
     def master_port(self) -> int:
         """Rank 0's port, chosen and held open by rank 0's engine until its process group takes it
-        (:func:`remote.hold_master_port`: no other process can take it in between)."""
-        from . import remote
-        reply = self.client[self.ids[0]].apply_async(remote.hold_master_port, self.master_addr)
+        (:func:`held_port.hold_master_port`: no other process can take it in between)."""
+        from . import held_port
+        reply = self.client[self.ids[0]].apply_async(held_port.hold_master_port, self.master_addr)
         try:
             return int(reply.get(timeout=PORT_ANSWER_SECONDS))
         except Exception:  # noqa: BLE001 - engine 0 stopped, lost or busy: the run names it; a port from here

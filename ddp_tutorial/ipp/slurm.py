@@ -53,7 +53,7 @@ from ..config import JOB_OPTIONS
 from ..i18n import TutorialError, t
 from ..slurm.jobs import reservation_note
 from . import engines as es
-from . import remote
+from . import held_port, remote
 from .watchdog import Guard
 
 
@@ -188,7 +188,7 @@ class SlurmEngines(es.EngineSet):
     def master_port(self) -> int:
         """A free port on rank 0's node, chosen there (not yet held open as local engines do: on the SLURM lab
         a store server made on the engine did not answer within 30 s; see the CHANGELOG)."""
-        return self.client[self.ids[0]].apply_sync(remote.free_port)
+        return self.client[self.ids[0]].apply_sync(held_port.free_port)
 
     def stop(self, force: bool = False) -> List[int]:
         leftover = super().stop(force=force)
