@@ -71,21 +71,29 @@ def sbatch_directives(text):
     return Directives(options, first_command, late, indented)
 
 
+def read_directives(text, typo, indented, late):
+    """``{option: value}`` of the #SBATCH lines sbatch reads; a misspelt ``#SBATCH``, an indented one and one
+    below the first command (sbatch skips both) fail with the exercise's ``typo``, ``indented`` and ``late`` keys."""
+    for number_, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
+            fail(typo, line=number_, code=stripped[:60])
+    directives = sbatch_directives(text)
+    if directives.indented:
+        fail(indented, line=directives.indented[0], code=directives.indented[1][:60])
+    if directives.late:
+        fail(late, line=directives.late[0], code=directives.late[1].strip()[:60],
+             first=directives.first_command[0], command=directives.first_command[1].strip()[:60])
+    return directives.options
+
+
 def _grade_sbatch(text):
     if not isinstance(text, str):
         fail("ex.fixed_sbatch.type", got=type(text).__name__)
     if text.strip() == SEED_SBATCH.strip():
         raise NotDone()
-    for number_, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
-            fail("ex.fixed_sbatch.typo", line=number_, code=stripped[:60])
-    directives = sbatch_directives(text)
-    if directives.indented:
-        fail("ex.fixed_sbatch.indented", line=directives.indented[0], code=directives.indented[1][:60])
-    if directives.late:
-        fail("ex.fixed_sbatch.late_directive", line=directives.late[0], code=directives.late[1].strip()[:60],
-             first=directives.first_command[0], command=directives.first_command[1].strip()[:60])
+    options = read_directives(text, typo="ex.fixed_sbatch.typo", indented="ex.fixed_sbatch.indented",
+                              late="ex.fixed_sbatch.late_directive")
     launch = [line for line in text.splitlines() if re.search(r"\bpython\S*\s+\S+", line)]
     if not launch:
         fail("ex.fixed_sbatch.no_launch")
@@ -105,7 +113,6 @@ def _grade_sbatch(text):
         if placeholder and (directive or not line.strip().startswith("#")):
             fail("ex.fixed_sbatch.placeholder_directive" if directive else "ex.fixed_sbatch.placeholder",
                  line=number_, code=line.strip()[:60], name=placeholder.group(0))
-    options = directives.options
     try:
         nodes = int(options.get("nodes", "1"))
         gpus = int(re.search(r"(\d+)$", options.get("gres", "gpu:0")).group(1))

@@ -7,7 +7,7 @@ a misspelt directive, the partition, nodes, tasks, GPUs and cores per GPU for th
 node list, a port from the job id (computed for a 7-digit job id, as TRUBA's are), ``SRUN_CPUS_PER_TASK``,
 ``--kill-on-bad-exit``, the c10d rendezvous (or one task per GPU), SIGUSR1 with its trap, torchrun told to
 pass it on, a ``wait`` that outlasts the trap, and a requeue that can fire. #SBATCH lines are read as sbatch
-reads them (:func:`~ddp_tutorial.exercises.cluster.sbatch_directives`), code lines without their comments.
+reads them (:func:`~ddp_tutorial.exercises.cluster.read_directives`), code lines without their comments.
 Then ``bash -n``, and ``sbatch --test-only`` where a SLURM answers and has the job's partition (input
 variables such as ``SBATCH_PARTITION`` override the script's lines there, as they do for ``sbatch``
 itself); elsewhere the grade is the reading alone, and the message says so.
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from ..i18n import t
-from .cluster import PLACEHOLDER, sbatch_directives
+from .cluster import PLACEHOLDER, read_directives
 from .shell import JOB_ID_NAMES, code_lines, port_for, walk
 from .core import Exercise, NotDone, WrongAnswer, fail
 
@@ -101,17 +101,8 @@ def _check_text(text):
         found = PLACEHOLDER.search(line)
         if found:
             fail("ex.ddp_job.placeholder", line=number, code=line.strip()[:70], name=found.group(0))
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if re.match(r"^#\s*S[A-Z]{3,}", stripped) and not stripped.startswith("#SBATCH "):
-            fail("ex.ddp_job.typo", line=number, code=stripped[:60])
-    directives = sbatch_directives(text)
-    if directives.indented:
-        fail("ex.ddp_job.indented", line=directives.indented[0], code=directives.indented[1][:60])
-    if directives.late:
-        fail("ex.ddp_job.late_directive", line=directives.late[0], code=directives.late[1].strip()[:60],
-             first=directives.first_command[0], command=directives.first_command[1].strip()[:60])
-    return directives.options
+    return read_directives(text, typo="ex.ddp_job.typo", indented="ex.ddp_job.indented",
+                           late="ex.ddp_job.late_directive")
 
 
 def _launch(text):
