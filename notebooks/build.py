@@ -300,6 +300,7 @@ def machine_paths(nb: nbformat.NotebookNode, name: str) -> list:
 
 def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> None:
     from nbclient import NotebookClient
+    os.environ["DDP_TUTORIAL_UNWATCHED"] = "1"  # the kernel's cells have no front end (ddp_tutorial.ipp.progress)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
     client.execute()
     nb.metadata["ddp_tutorial"]["executed_with"] = {

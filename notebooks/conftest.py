@@ -39,7 +39,8 @@ def _one_gpu_session(n, device, gpus):
 _local.engine_kind = _one_gpu_session
 del _local
 '''
-_ORIGINAL = {name: os.environ.get(name) for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS")}
+_ORIGINAL = {name: os.environ.get(name)
+             for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS", "DDP_TUTORIAL_UNWATCHED")}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -49,6 +50,9 @@ def pytest_runtest_setup(item):
     environment as it was, so the one-GPU kernel stays the English notebooks' own."""
     from pathlib import Path
     path = Path(str(item.fspath))
+    restore_kernel_environment(_ORIGINAL)
+    if path.suffix == ".ipynb":
+        os.environ["DDP_TUTORIAL_UNWATCHED"] = "1"  # no front end: the engine count stays out of checked outputs
     if path.suffix == ".ipynb" and path.parent.name == "en":
         folder = _one_gpu_folder(item.config)
         startup = folder / "profile_default" / "startup"
@@ -56,8 +60,6 @@ def pytest_runtest_setup(item):
         (startup / "00-one-gpu.py").write_text(ONE_GPU_STARTUP, encoding="utf-8")
         os.environ["IPYTHONDIR"] = str(folder)
         os.environ["DDP_TUTORIAL_KERNEL_GPUS"] = "1"  # said in the kernel's environment, for a reader of its logs
-        return
-    restore_kernel_environment(_ORIGINAL)
 
 
 def _one_gpu_folder(config) -> "os.PathLike":

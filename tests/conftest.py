@@ -84,9 +84,11 @@ def pytest_collection_modifyitems(items):
 
 # ===== The English notebooks' one-GPU kernels stay theirs (notebooks/conftest.py) ===========================
 # On a pytest-xdist worker an English notebook may run before a test here: the variables that made its kernel
-# count one GPU (IPYTHONDIR, DDP_TUTORIAL_KERNEL_GPUS) are put back before every test, so a lab or kernel a
+# count one GPU (IPYTHONDIR, DDP_TUTORIAL_KERNEL_GPUS), and the one that says nobody watches its cells, are put
+# back before every test, so a lab or kernel a
 # test starts sees this machine as it is.
-_KERNEL_ENVIRONMENT = {name: os.environ.get(name) for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS")}
+_KERNEL_ENVIRONMENT = {name: os.environ.get(name)
+                       for name in ("IPYTHONDIR", "DDP_TUTORIAL_KERNEL_GPUS", "DDP_TUTORIAL_UNWATCHED")}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -88,7 +88,7 @@ def test_a_scripts_chdir_and_helpers_do_not_outlive_it(mnist_root, tmp_path, mon
     engines = ipp.current()
     assert engines.client[engines.ids].apply_sync(os.getcwd) == [str(tmp_path / "notebook")] * 2
 
-    port = engines.client[engines.ids[0]].apply_sync(lambda: __import__("ddp_tutorial.ipp.remote").ipp.remote
+    port = engines.client[engines.ids[0]].apply_sync(lambda: __import__("ddp_tutorial.ipp.held_port").ipp.held_port
                                                      ._HELD_STORE[0].port)
     assert held_listeners(port) == [("127.0.0.1", engines.pids[0])], held_listeners(port)
 

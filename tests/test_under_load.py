@@ -145,10 +145,11 @@ print("done")
 
 
 def test_a_kernel_nobody_watches_shows_no_engine_count_a_script_does(tmp_path):
-    """Under nbval (a kernel, CI set) a slow engine start adds nothing to the cell's output; a script
-    still gets the count every few seconds."""
+    """Under nbval (a kernel nobody watches: DDP_TUTORIAL_UNWATCHED, set by notebooks/conftest.py) a slow
+    engine start adds nothing to the cell's output; a script still gets the count every few seconds, and so
+    does a kernel under CI that a front end shows (tests/test_browser.py's lab)."""
     jupyter_client = pytest.importorskip("jupyter_client")
-    env = dict(os.environ, CI="true", DDP_TUTORIAL_LANG="en", PYTHONPATH=str(REPO))
+    env = dict(os.environ, CI="true", DDP_TUTORIAL_LANG="en", PYTHONPATH=str(REPO), DDP_TUTORIAL_UNWATCHED="1")
     script = subprocess.run([sys.executable, "-c", REGISTERING], env=env, capture_output=True, text=True,
                             timeout=120)
     assert "engines registered: 0/2" in script.stdout, script.stdout + script.stderr
@@ -186,7 +187,8 @@ def test_03s_engine_cells_pass_nbval_beside_busy_processes(tmp_path):
     nb.cells = kept
     copy = tmp_path / NOTEBOOK.name
     nbformat.write(nb, copy)
-    env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
+               DDP_TUTORIAL_UNWATCHED="1")  # as notebooks/conftest.py gives nbval's kernels
     with busy_processes():
         began = time.monotonic()
         run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
