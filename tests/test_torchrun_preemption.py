@@ -31,7 +31,10 @@ import pytest
 from ddp_tutorial import slurm
 
 REPO = Path(__file__).resolve().parent.parent
-EPOCHS = 6  # 64 steps per epoch and rank here: the signal after epoch 0 lands well before the end
+# 64 steps per epoch and rank here (≈0.2 s quiet): the signal is sent when the test has read epoch 0's line, and a
+# loaded test process may read it seconds late (a CI run: 6 epochs were over first); 30 give it that runway, and a
+# stopped run and its resumed rest take about as long as one uninterrupted run
+EPOCHS = 30
 
 LAUNCH = re.compile(r"^srun [^\n]*\\\n\s*(?=\"\$PYTHON\" -m torch\.distributed\.run)", re.M)
 
@@ -88,6 +91,8 @@ def _run_job(script: Path, work: Path, job_id: int, restart: int, usr1_after: st
         for line in proc.stdout:
             lines.append(line)
             if not signalled and line.startswith(usr1_after):
+                assert proc.poll() is None, "the job ended before the test read its line " \
+                    f"{usr1_after!r} (a test process starved for seconds):\n{''.join(lines)}"
                 proc.send_signal(signal.SIGUSR1)  # to the batch script: what --signal=B:USR1@S does
                 signalled = True
         proc.wait(timeout=120)
