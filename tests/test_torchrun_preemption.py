@@ -176,7 +176,11 @@ def _usr1_after(jobs: dict, pattern: str, env: dict, timeout: float) -> None:
     assert not waiting, f"{pattern!r} did not appear within {timeout} s in the logs of {waiting}"
 
 
-STEP_CODE = {"seed": "75", "per-gpu": "75", "torchrun": "1"}  # spawn and srun report the workers' 75
+# The step's exit code after every worker stopped for the requeue: spawn and srun report the workers' 75, torchrun
+# its own 1 after passing the signal on. srun's --kill-on-bad-exit counts the first task's exit (75 or 1) as a
+# failure and terminates the tasks still ending (143: a full clean-clone run saw node 0's spawn parent, its ranks
+# already stopped, terminated so). What never comes is 138: torchrun killed by the signal it should pass on.
+STEP_CODE = {"seed": {"75", "143"}, "per-gpu": {"75", "143"}, "torchrun": {"1", "143"}}
 
 
 @pytest.mark.slurm
@@ -206,7 +210,7 @@ def test_sigusr1_reaches_every_worker_of_every_template_on_the_lab(slurm_cluster
         # get SIGUSR1 under any torchrun; torchrun told to handle it waits for their checkpoint and exits 1,
         # one that is not dies at once (138) and srun's --kill-on-bad-exit then races the workers' checkpoint.
         code = re.search(r"^training finished with exit code (\d+)", log, re.M).group(1)
-        assert code == STEP_CODE[template], f"{template}: step exit code {code}\n{log}"
+        assert code in STEP_CODE[template], f"{template}: step exit code {code}\n{log}"
         result = slurm.read_result(job, env=lab.env)
         position = {"epoch": int(stopped[0][1]), "step": int(stopped[0][2])}
         assert result["resumed_from"] == position, (template, result["resumed_from"], log)
