@@ -11,11 +11,12 @@ _KEYWORDS = {"if", "then", "do", "else", "elif", "while", "until", "!", "{", "("
 JOB_ID_NAMES = ("SLURM_JOB_ID", "SLURM_JOBID")
 
 
-def _without_comment(line):
-    """``line`` as bash runs it: an unquoted ``#`` at the start of a word begins a comment."""
+def _unquoted(text):
+    """The indices of ``text``'s characters that stand outside quotes, not escaped by a backslash (the quotes
+    themselves left out)."""
     quote, index = None, 0
-    while index < len(line):
-        char = line[index]
+    while index < len(text):
+        char = text[index]
         if char == "\\" and quote != "'":
             index += 2
             continue
@@ -23,9 +24,16 @@ def _without_comment(line):
             quote = None if char == quote else quote
         elif char in "'\"":
             quote = char
-        elif char == "#" and (index == 0 or line[index - 1].isspace() or line[index - 1] in ";&|("):
-            return line[:index].rstrip()
+        else:
+            yield index
         index += 1
+
+
+def _without_comment(line):
+    """``line`` as bash runs it: an unquoted ``#`` at the start of a word begins a comment."""
+    for index in _unquoted(line):
+        if line[index] == "#" and (index == 0 or line[index - 1].isspace() or line[index - 1] in ";&|("):
+            return line[:index].rstrip()
     return line
 
 
@@ -52,23 +60,18 @@ def code_lines(text):
 def _commands(code):
     """The simple commands of a code line, each as its words: split at unquoted ``;``, ``&``, ``&&``,
     ``||`` and ``|`` (not ``2>&1``), the keywords that lead into a command (if, then, do, …) each on its own."""
-    pieces, quote, start, index = [], None, 0, 0
-    while index < len(code):
+    pieces, start = [], 0
+    for index in _unquoted(code):
         char = code[index]
-        if char == "\\" and quote != "'":
-            index += 2
+        if index < start:   # the second character of && or ||
             continue
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in ";&|" and not (char == "&" and (code[index - 1:index] in "<>" and index > 0
+        if char in ";&|" and not (char == "&" and (index > 0 and code[index - 1] in "<>"
                                                    or code[index + 1:index + 2] == ">")):
             pieces.append(code[start:index])
-            while code[index + 1:index + 2] in ("&", "|") and code[index + 1:index + 2] != "":
-                index += 1
-            start = index + 1
-        index += 1
+            end = index
+            while code[end + 1:end + 2] in ("&", "|") and code[end + 1:end + 2] != "":
+                end += 1
+            start = end + 1
     pieces.append(code[start:])
     commands = []
     for piece in pieces:
