@@ -53,6 +53,29 @@ def slurm_cluster():
         yield lab
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="session")
+def truba_lab():
+    """A started :class:`slurmlab.SlurmLab` in TRUBA's shape (``SlurmLab(site="truba")``): nodes akya1–akya4
+    (akya-cuda: 40 cores, 4 GPUs) and barbun1 (barbun: 40 cores); partitions ``debug`` (default, all nodes,
+    4 h), ``akya-cuda`` and ``barbun`` (3 days); a job_submit.lua refusing what TRUBA's guide forbids, in its
+    words; ``truba_lab.login_command(cmd)`` runs ``cmd`` on the login node ``arf-ui1``. Client commands:
+    ``truba_lab.run([...])`` or ``env=truba_lab.env``. Runs beside ``slurm_cluster`` (its own namespaces)."""
+    from slurmlab import LabError, SlurmLab
+
+    missing = SlurmLab.missing()
+    if missing:
+        _slurm_cannot_run("needs " + "; ".join(missing))
+    lab = SlurmLab(site="truba")
+    try:
+        lab.start()
+    except (LabError, OSError) as error:
+        _slurm_cannot_run(f"could not start it ({str(error).strip()[:2000]})")
+    try:
+        yield lab
+    finally:
+        lab.stop()
 # ===== SLURM test cluster — end ==============================================================
 
 

@@ -19,6 +19,15 @@
   partition, for jobs that name theirs). No slurmdbd (``AccountingStorageType=accounting_storage/none``):
   ``--account`` is accepted unchecked, and reservations (``scontrol create reservation``) work.
 
+``SlurmLab(site="truba")`` builds instead a lab in that site's shape, from its table
+(``ddp_tutorial/sites/truba.toml``): nodes named and sized as the table's partitions (``shape``; default
+four ``akya-cuda`` nodes ``akya1``–``akya4`` with 40 cores and 4 GPUs each, one ``barbun`` node ``barbun1``
+with 40 cores), one partition per shape entry plus ``debug`` over every node (the default), each with the
+table's ``MaxTime``; a ``job_submit.lua`` (``tests/helpers/job_submit.py``) that refuses, in the guide's
+words, what the table forbids; and a login node named as the site's (``arf-ui1``) for
+:meth:`SlurmLab.login_command`. Each lab has its own namespaces, munge socket and directory, so a site lab
+and the default lab run side by side.
+
 Client commands (``sbatch``, ``squeue`` …) run from the root namespace through
 small wrapper scripts in ``<lab>/bin`` that enter the hub's network namespace;
 inside a job (already in a node namespace) the same wrappers call the real
@@ -55,6 +64,8 @@ TMP_PREFIX = "slurmlab-"  # lab directories: $TMPDIR/slurmlab-<ownerpid>-<token>
 SUBNET = "10.233.0"
 HUB_ADDR = f"{SUBNET}.254"
 KILL_GRACE_S = 10.0
+#: A site lab's nodes by default: partition → how many nodes (at most 9 in all).
+SITE_SHAPE = {"akya-cuda": 4, "barbun": 1}
 
 Command = Union[str, Sequence[str]]
 
@@ -97,14 +108,28 @@ class SlurmLab:
         gpus_per_node: int = 4,
         base_dir: Optional[str] = None,
         keep: Optional[bool] = None,
+        site: Optional[str] = None,
+        shape: Optional[Dict[str, int]] = None,
     ):
-        if not 1 <= nodes <= 9:
-            raise ValueError("nodes must be 1..9")
-        self.node_names = [f"n{i}" for i in range(1, nodes + 1)]
         # CPUs may exceed the real cores: slurmd runs with config_overrides and
         # the tests want several small jobs on one node at once.
         self.cpus_per_node = cpus_per_node
         self.gpus_per_node = gpus_per_node
+        #: the site's table (``ddp_tutorial.sites.Site``) for a lab in a site's shape, else None
+        self.site = None
+        #: the login node's host name in :meth:`login_command` (None: the host's own)
+        self.login_host: Optional[str] = None
+        if site is None:
+            if not 1 <= nodes <= 9:
+                raise ValueError("nodes must be 1..9")
+            self.node_names = [f"n{i}" for i in range(1, nodes + 1)]
+            self.node_cpus = {name: cpus_per_node for name in self.node_names}
+            self.node_gpus = {name: gpus_per_node for name in self.node_names}
+            #: partition → its nodes; the first is the default partition
+            self.partitions = {"debug": list(self.node_names), "workshop": list(self.node_names)}
+            self.max_time = {"debug": "INFINITE", "workshop": "INFINITE"}
+        else:
+            self._site_shape(site, dict(shape or SITE_SHAPE))
         self.base_dir = base_dir or tempfile.gettempdir()
         self.keep = keep if keep is not None else os.environ.get("SLURMLAB_KEEP") == "1"
         token = secrets.token_hex(3)
@@ -117,6 +142,40 @@ class SlurmLab:
         self.env: Dict[str, str] = {}
         self._netns_made: List[str] = []
         self._started = False
+
+    def _site_shape(self, site: str, shape: Dict[str, int]) -> None:
+        """Nodes, partitions and login host from the site's table: ``shape`` is partition → node count."""
+        from ddp_tutorial import sites
+
+        table = sites.load(site)
+        unknown = [name for name in shape if name not in table.partitions]
+        if unknown:
+            raise ValueError(f"{site} has no partition {', '.join(unknown)} (it has {', '.join(table.partitions)})")
+        if not 1 <= sum(shape.values()) <= 9:
+            raise ValueError("a site lab has 1..9 nodes")
+        self.site = table
+        self.node_names, self.node_cpus, self.node_gpus, self.partitions, self.max_time = [], {}, {}, {}, {}
+        if "debug" in table.partitions:  # the site's short-job partition spans every node, as on TRUBA
+            self.partitions["debug"] = []
+            self.max_time["debug"] = table.partitions["debug"].max_time or "INFINITE"
+        prefixes = set()
+        for name, count in shape.items():
+            part = table.partitions[name]
+            prefix = name.split("-")[0]  # akya-cuda → akya1, akya2 …
+            if prefix in prefixes:
+                prefix = re.sub(r"[^a-z0-9]", "", name)
+            prefixes.add(prefix)
+            nodes = [f"{prefix}{i}" for i in range(1, count + 1)]
+            for node in nodes:
+                self.node_names.append(node)
+                self.node_cpus[node] = part.cores_per_node or self.cpus_per_node
+                self.node_gpus[node] = part.gpus_per_node or 0
+            self.partitions[name] = nodes
+            self.max_time[name] = part.max_time or "INFINITE"
+        if "debug" in self.partitions:
+            self.partitions["debug"] = list(self.node_names)
+        hosts = table.raw.get("login", {}).get("hosts", [])
+        self.login_host = hosts[0] if hosts else None
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -181,7 +240,7 @@ class SlurmLab:
         os.chmod(key, 0o600)
 
         # Fake GPUs: gres.conf wants character devices; copies of /dev/null (1,3) do.
-        for i in range(self.gpus_per_node):
+        for i in range(max(self.node_gpus.values())):
             dev = self.path("fakegpu", f"nvidia{i}")
             if not dev.exists():
                 _sh(["mknod", str(dev), "c", "1", "3"])
@@ -218,20 +277,30 @@ MinJobAge=600
 SchedulerParameters=sched_interval=1,bf_interval=1
 MessageTimeout=20
 GresTypes=gpu
-NodeName=n[1-{n}] NodeAddr={SUBNET}.[1-{n}] CPUs={self.cpus_per_node} Gres=gpu:{self.gpus_per_node}
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-PartitionName=workshop Nodes=ALL Default=NO MaxTime=INFINITE State=UP
 """
-        if n == 1:
-            conf = conf.replace("n[1-1]", "n1").replace(f"{SUBNET}.[1-1]", f"{SUBNET}.1")
+        gres = ["AutoDetect=off"]
+        for i, node in enumerate(self.node_names, start=1):
+            gpus = self.node_gpus[node]
+            conf += f"NodeName={node} NodeAddr={SUBNET}.{i} CPUs={self.node_cpus[node]}"
+            conf += f" Gres=gpu:{gpus}\n" if gpus else "\n"
+            if gpus:
+                files = f"{lab}/fakegpu/nvidia[0-{gpus - 1}]" if gpus > 1 else f"{lab}/fakegpu/nvidia0"
+                gres.append(f"NodeName={node} Name=gpu File={files}")
+        for k, (part, nodes) in enumerate(self.partitions.items()):
+            members = "ALL" if nodes == self.node_names else ",".join(nodes)
+            conf += (f"PartitionName={part} Nodes={members} Default={'YES' if k == 0 else 'NO'}"
+                     f" MaxTime={self.max_time[part]} State=UP\n")
+        if self.site is not None:
+            # the site's rules at submit: job_submit.lua beside slurm.conf (tests/helpers/job_submit.py)
+            import job_submit
+
+            conf += "JobSubmitPlugins=lua\n"
+            self.path("etc", "job_submit.lua").write_text(
+                job_submit.lua(self.site, list(self.partitions), default=next(iter(self.partitions))))
         self.path("etc", "slurm.conf").write_text(conf)
-        last = self.gpus_per_node - 1
-        gpu_files = f"{lab}/fakegpu/nvidia[0-{last}]" if last > 0 else f"{lab}/fakegpu/nvidia0"
-        nodes = f"n[1-{n}]" if n > 1 else "n1"
-        self.path("etc", "gres.conf").write_text(
-            f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n"
-        )
-        hosts = ["127.0.0.1 localhost", f"{HUB_ADDR} {self.ctl_host}"]
+        self.path("etc", "gres.conf").write_text("\n".join(gres) + "\n")
+        login = f" {self.login_host}" if self.login_host else ""
+        hosts = ["127.0.0.1 localhost", f"{HUB_ADDR} {self.ctl_host}{login}"]
         hosts += [f"{SUBNET}.{i} {name}" for i, name in enumerate(self.node_names, start=1)]
         self.path("etc", "hosts").write_text("\n".join(hosts) + "\n")
         # Names resolve from that file only: no DNS query ever leaves a namespace.
@@ -386,8 +455,12 @@ PartitionName=workshop Nodes=ALL Default=NO MaxTime=INFINITE State=UP
         """``cmd`` as run on the lab's *login node*: the hub's network namespace, where
         slurmctld runs and which every node reaches at 10.233.0.254 (so a server started
         there, such as an ipyparallel controller, is reachable from the jobs). Run it with
-        ``env=lab.env``."""
-        return ["nsenter", f"--net=/run/netns/{self.hub_ns}", *cmd]
+        ``env=lab.env``. In a site's lab it runs under the site's login host name (``arf-ui1``:
+        its own UTS namespace), so a job it submits says ``SLURM_SUBMIT_HOST=arf-ui1``."""
+        enter = ["nsenter", f"--net=/run/netns/{self.hub_ns}"]
+        if self.login_host is None:
+            return [*enter, *cmd]
+        return [*enter, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', self.login_host, *cmd]
 
     def queue(self) -> List[str]:
         """Job ids still pending or running."""
@@ -411,7 +484,9 @@ PartitionName=workshop Nodes=ALL Default=NO MaxTime=INFINITE State=UP
         ctl = self.procs.get("slurmctld")
         if ctl is not None and ctl.poll() is None and self.env:
             try:
-                self.run(["scancel", "--user=root"], check=False, timeout=15)
+                jobs = self.queue()  # every user's (a test's other users too)
+                if jobs:
+                    self.run(["scancel", *jobs], check=False, timeout=15)
                 deadline = time.monotonic() + 15
                 while self.queue() and time.monotonic() < deadline:
                     time.sleep(0.5)
@@ -532,7 +607,8 @@ if __name__ == "__main__":  # python tests/helpers/slurmlab.py: start, show, sto
     problems = SlurmLab.missing()
     if problems:
         sys.exit("missing: " + "; ".join(problems))
-    with SlurmLab() as lab:
+    with SlurmLab(site=sys.argv[1] if len(sys.argv) > 1 else None) as lab:  # [site]: a lab in its shape
         print(f"lab up in {lab.start_seconds:.1f} s at {lab.dir}")
         print(lab.run(["sinfo", "-N", "-l"]).stdout)
-        print(lab.run(["srun", "-N2", "-n2", "sh", "-c", "echo $(hostname) $SLURM_PROCID"]).stdout)
+        print(lab.run(["srun", "-N2", "-n2", *(["-p", "akya-cuda", "--gres=gpu:1", "-c", "10"] if lab.site else []),
+                       "sh", "-c", "echo $(hostname) $SLURM_PROCID"]).stdout)
