@@ -46,6 +46,10 @@ FORBIDDEN = {
         ["-p", "debug", "-c", "4", "-t", "05:00:00"],
         [f"debug: maksimum 4 saat (TRUBA kılavuzu {_src('debug', 'max_time')})", "at most 04:00:00",
          "time 05:00:00 (partition debug)"]),
+    "five-cores-per-gpu-by-task": (
+        ["-p", "akya-cuda", "-n", "2", "--gpus-per-task=1", "-c", "5"],
+        [f"akya-cuda kümesi için 10*[GPU_SAYISI] çekirdek (TRUBA kılavuzu {_src('akya-cuda', 'cores_per_gpu')})",
+         "this job asks for 10 cores, 2 GPUs"]),
     "fewer-cores-than-akya-minimum": (
         ["-p", "akya-cuda", "--gpus=1", "--cpus-per-gpu=4"],
         [f"akya-cuda: En az 10 çekirdek ve 1 GPU (TRUBA kılavuzu {_src('akya-cuda', 'min_cores')})",
@@ -95,6 +99,15 @@ def test_lab_has_the_sites_shape(truba_lab):
 
 
 @pytest.mark.slurm
+def test_debug_picks_a_node_type_by_constraint(truba_lab):
+    """TRUBA's debug spans every node type; -C <partition name> picks one (the nodes' features)."""
+    out = truba_lab.run(["srun", "-p", "debug", "-C", "barbun", "-c", "4", "hostname"], timeout=30).stdout.split()
+    assert out == ["barbun1"]
+    out = truba_lab.run(["srun", "-p", "debug", "-C", "akya-cuda", "--mem=100G", "hostname"], timeout=30).stdout
+    assert out.strip().startswith("akya")
+
+
+@pytest.mark.slurm
 def test_login_node_has_the_sites_name(truba_lab):
     import subprocess
 
@@ -125,8 +138,10 @@ def test_srun_is_refused_too(truba_lab):
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("args", [SESSION, CLASS_JOB, ["-p", "barbun", "-c", "20"], ["-c", "4"],
-                                  ["-p", "akya-cuda", "--gpus=2", "--cpus-per-gpu=10"]],
-                         ids=["class-session", "05-class-job", "barbun-20", "default-partition", "cpus-per-gpu"])
+                                  ["-p", "akya-cuda", "--gpus=2", "--cpus-per-gpu=10"],
+                                  ["-p", "akya-cuda", "-n", "2", "--gpus-per-task=1", "-c", "10"]],
+                         ids=["class-session", "05-class-job", "barbun-20", "default-partition", "cpus-per-gpu",
+                              "gpus-per-task"])
 def test_allowed_shape_is_accepted(truba_lab, args):
     proc = _sbatch(truba_lab, args, test_only=True)
     assert proc.returncode == 0, f"{args}\n{proc.stdout}{proc.stderr}"

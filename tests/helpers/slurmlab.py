@@ -22,7 +22,8 @@
 ``SlurmLab(site="truba")`` builds instead a lab in that site's shape, from its table
 (``ddp_tutorial/sites/truba.toml``): nodes named and sized as the table's partitions (``shape``; default
 four ``akya-cuda`` nodes ``akya1``–``akya4`` with 40 cores and 4 GPUs each, one ``barbun`` node ``barbun1``
-with 40 cores), one partition per shape entry plus ``debug`` over every node (the default), each with the
+with 40 cores; the table's memory as RealMemory; its partition's name as a node feature, for
+``-p debug -C akya-cuda``), one partition per shape entry plus ``debug`` over every node (the default), each with the
 table's ``MaxTime``; a ``job_submit.lua`` (``tests/helpers/job_submit.py``) that refuses, in the guide's
 words, what the table forbids; and a login node named as the site's (``arf-ui1``) for
 :meth:`SlurmLab.login_command`. Each lab has its own namespaces, munge socket and directory, so a site lab
@@ -119,6 +120,8 @@ class SlurmLab:
         self.site = None
         #: the login node's host name in :meth:`login_command` (None: the host's own)
         self.login_host: Optional[str] = None
+        #: per node, slurm.conf's extra words (a site lab: RealMemory from the table, Features=<its partition>)
+        self.node_extra: Dict[str, str] = {}
         if site is None:
             if not 1 <= nodes <= 9:
                 raise ValueError("nodes must be 1..9")
@@ -151,8 +154,8 @@ class SlurmLab:
         unknown = [name for name in shape if name not in table.partitions]
         if unknown:
             raise ValueError(f"{site} has no partition {', '.join(unknown)} (it has {', '.join(table.partitions)})")
-        if not 1 <= sum(shape.values()) <= 9:
-            raise ValueError("a site lab has 1..9 nodes")
+        if not 1 <= sum(shape.values()) <= 16:
+            raise ValueError("a site lab has 1..16 nodes")
         self.site = table
         self.node_names, self.node_cpus, self.node_gpus, self.partitions, self.max_time = [], {}, {}, {}, {}
         if "debug" in table.partitions:  # the site's short-job partition spans every node, as on TRUBA
@@ -170,6 +173,8 @@ class SlurmLab:
                 self.node_names.append(node)
                 self.node_cpus[node] = part.cores_per_node or self.cpus_per_node
                 self.node_gpus[node] = part.gpus_per_node or 0
+                memory = f" RealMemory={part.memory_gb * 1024}" if part.memory_gb else ""
+                self.node_extra[node] = f"{memory} Features={name}"  # debug's -C akya-cuda / -C barbun
             self.partitions[name] = nodes
             self.max_time[name] = part.max_time or "INFINITE"
         if "debug" in self.partitions:
@@ -282,6 +287,7 @@ GresTypes=gpu
         for i, node in enumerate(self.node_names, start=1):
             gpus = self.node_gpus[node]
             conf += f"NodeName={node} NodeAddr={SUBNET}.{i} CPUs={self.node_cpus[node]}"
+            conf += self.node_extra.get(node, "")
             conf += f" Gres=gpu:{gpus}\n" if gpus else "\n"
             if gpus:
                 files = f"{lab}/fakegpu/nvidia[0-{gpus - 1}]" if gpus > 1 else f"{lab}/fakegpu/nvidia0"
