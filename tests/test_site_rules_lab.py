@@ -93,7 +93,8 @@ def test_lab_has_the_sites_shape(truba_lab):
     got = sorted(tuple(r.split()) for r in rows if r.strip())
     want = sorted([(f"akya{i}", p, "40", "gpu:4", t) for i in range(1, 5)
                    for p, t in (("debug*", "4:00:00"), ("akya-cuda", "3-00:00:00"))]
-                  + [("barbun1", "debug*", "40", "(null)", "4:00:00"), ("barbun1", "barbun", "40", "(null)", "3-00:00:00")])
+                  + [("barbun1", "debug*", "40", "(null)", "4:00:00"),
+                     ("barbun1", "barbun", "40", "(null)", "3-00:00:00")])
     assert got == want
     assert TRUBA.partitions["akya-cuda"].cores_per_node == 40 and TRUBA.partitions["debug"].max_time == "04:00:00"
 
@@ -166,3 +167,24 @@ def test_class_job_runs_from_the_login_node(truba_lab, tmp_path):
     assert proc.returncode == 0, proc.stderr + out.read_text() if out.exists() else proc.stderr
     rows = sorted(out.read_text().split("\n"))
     assert [r for r in rows if r] == ["akya1 0 gpus=0 cpus=10 from=arf-ui1", "akya2 1 gpus=0 cpus=10 from=arf-ui1"]
+
+
+@pytest.mark.slurm
+def test_lab_and_the_tables_check_agree(truba_lab):
+    """The lab (SLURM + job_submit.lua) and ``Site.check_job`` (what ``slurm render`` refuses) say the same
+    for every uniform job shape that fits the lab's nodes: nodes × (GPUs, cores) per node, and a time (150
+    shapes; the lab's one barbun node takes no 2-node job, which the table's 119 would)."""
+    disagree = []
+    for partition in ("akya-cuda", "barbun", "debug"):
+        for nodes in [n for n in (1, 2) if n <= len(truba_lab.partitions[partition])]:
+            for gpus in (0, 1, 4):
+                for cores in (1, 4, 10, 20, 40):
+                    for time in ("03:00:00", "05:00:00"):
+                        args = ["-p", partition, "-N", str(nodes), "--ntasks-per-node=1", "-c", str(cores),
+                                "-t", time, *([f"--gres=gpu:{gpus}"] if gpus else [])]
+                        refused = _sbatch(truba_lab, args, test_only=True).returncode != 0
+                        broken = TRUBA.check_job(partition, nodes=nodes, gpus_per_node=gpus, cores_per_node=cores,
+                                                 time=time)
+                        if refused != bool(broken):
+                            disagree.append((args, "lab refuses" if refused else "lab accepts", broken))
+    assert not disagree, "\n".join(map(str, disagree))

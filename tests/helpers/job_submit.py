@@ -24,7 +24,6 @@ SLURM 22.05's job_desc: ``partition`` (nil: the default partition; a comma list:
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional
 
 from ddp_tutorial import sites
