@@ -1,0 +1,617 @@
+"""A class of N attendees on the SLURM lab: real non-root users, each with a home (mode 700) and a clone.
+
+Issue 45 item 4 (shared/reviews/class-day.md §2, rebuilt as code). Used by ``tests/test_class_rehearsal.py``
+(N = 4) and ``scripts/rehearse_class.py`` (N = 30); both run :func:`rehearse`.
+
+* :func:`class_lab` — the rule-enforcing lab in TRUBA's shape (``SlurmLab(site="truba")``: its partitions,
+  akya-cuda's 40 cores and 4 GPUs, debug's 4 h, the job_submit.lua) sized for the class: barbun nodes for
+  the sessions, akya-cuda nodes for the class reservation. The test uses the suite's ``truba_lab``.
+* :func:`class_environment` — ``/work/main/.venv`` if another user can run its Python; else (its Python
+  links into a private home, review P1) a venv over the machine's world-readable ``/usr/bin/python3``
+  that reads the checkout's venv's packages (a ``.pth`` line), the same packages, built in seconds.
+* :class:`Classroom` — the users (``useradd -m``, GECOS ``ddp-tutorial classroom <pid> <start>`` so a
+  later run removes the users of a run that died), their clones, commands run *as* them on the lab's
+  login node (the hub namespace: ``nsenter`` as root first, then ``setpriv`` to the user), and the end:
+  each user's processes killed by id, ``userdel -r``.
+* :class:`PortSampler` — ``ss -ltnp`` in every node's namespace and the login node's, every second:
+  which user owns each (node, port).
+* :func:`submit_fifth_job` — 05's job as 05's cells [2] and [4] build it (``slurm.workshop_profile``,
+  ``JobSpec.from_profile``, ``render``, ``write_script``, ``check_accepted``, ``submit``) in the class's
+  shape (``[day]`` of the site table) and the class's account and reservation (DDP_TUTORIAL_SLURM_*),
+  run inside the attendee's session (``srun --jobid=LAB --overlap``) as
+  ``python tests/helpers/classroom.py submit-05``. The lab's GPUs are stand-ins that cannot train: the
+  rendered script's training runs on the CPU with 1 thread and its GPU check is skipped; the #SBATCH lines
+  are untouched (the class-day review's deviation 2). :func:`fifth_job` is the one place the job is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from slurmlab import SlurmLab, _alive, _stat  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+GECOS = "ddp-tutorial classroom"
+ACCOUNT = "ddpclass"
+URL_LINES = re.compile(r"ssh -N -L (\d+):(\S+):\1 (\S+)@\S+\n== (?:then open the address in|sonra) (\S+) ")
+
+
+# ---------------------------------------------------------------------- the lab in the site's shape
+#: memory one running 05 job takes here, both halves (class-day.md §2: 1.45–1.72 GB PSS)
+JOB_MEMORY_GB = 1.5
+
+
+def _available_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def gpu_nodes_for(attendees: int, limit: int) -> int:
+    """akya-cuda nodes for the class reservation: enough for every 05 job at once (1 GPU and 10 cores per
+    node each, the site's [day]), at most ``limit``, and no more than this machine's free memory runs."""
+    from ddp_tutorial import sites
+    site = sites.load("truba")
+    day, akya = site.section("day"), site.partitions["akya-cuda"]
+    per_node = min(akya.gpus_per_node // day["job_gpus_per_node"],
+                   akya.cores_per_node // (akya.cores_per_gpu * day["job_gpus_per_node"]))
+    wanted = -(-attendees * day["job_nodes"] // per_node)
+    by_memory = int(max(0.0, _available_gb() - 4) // (JOB_MEMORY_GB / day["job_nodes"] * per_node))
+    return max(day["job_nodes"], min(wanted, limit, by_memory))
+
+
+def class_lab(attendees: int, gpu_nodes: Optional[int] = None) -> SlurmLab:
+    """The rule-enforcing lab in TRUBA's shape (``SlurmLab(site="truba")``) sized for a class: barbun nodes
+    for the sessions (``debug`` spans every node; 4 cores each), akya-cuda nodes for the reservation."""
+    from ddp_tutorial import sites
+    site = sites.load("truba")
+    day, barbun = site.section("day"), site.partitions["barbun"]
+    sessions = max(1, -(-attendees * day["session_cores"] // barbun.cores_per_node))
+    gpus = gpu_nodes or gpu_nodes_for(attendees, 16 - sessions)
+    return SlurmLab(site="truba", shape={"akya-cuda": gpus, "barbun": sessions})
+
+
+def reserved_nodes(lab: SlurmLab, attendees: int) -> List[str]:
+    """The lab's akya-cuda nodes the class reservation takes (the sessions run on the others)."""
+    nodes = lab.partitions["akya-cuda"]
+    others = [n for n in lab.node_names if n not in nodes]
+    return nodes if others else nodes[:max(2, len(nodes) // 2)]
+
+
+# ---------------------------------------------------------------------- the class environment
+def runs_as_another_user(python: Path) -> bool:
+    """Can uid 65534 run ``python -c 1`` (the interpreter and every folder on its way)?"""
+    if shutil.which("setpriv") is None:
+        return False
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                           f'"{python}" -I -c 1'], capture_output=True, timeout=60)
+    return proc.returncode == 0
+
+
+def class_environment(dest: Path, source: Path = REPO / ".venv") -> Tuple[Path, str]:
+    """The class environment every attendee can run, and how it was found: ``source`` itself, or a
+    venv at ``dest`` over /usr/bin/python3 reading ``source``'s packages (read-only for the attendees)."""
+    if runs_as_another_user(source / "bin" / "python"):
+        return source, f"{source} (its Python runs as another user)"
+    base = Path("/usr/bin/python3")
+    if not runs_as_another_user(base):
+        raise RuntimeError(f"neither {source}/bin/python nor {base} runs as another user: no class environment")
+    version = subprocess.run([str(source / "bin" / "python"), "-c",
+                              "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    shutil.rmtree(dest, ignore_errors=True)
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
+    site_packages = dest / "lib" / version / "site-packages"
+    if not site_packages.is_dir():
+        raise RuntimeError(f"{base} is not {version}, the version of {source}: no class environment")
+    (site_packages / "class_environment.pth").write_text(
+        f"import site; site.addsitedir({str(source / 'lib' / version / 'site-packages')!r})\n")
+    # The venv's programs (jupyter, ipengine, ddp-tutorial …) with this environment's Python.
+    shebang = f"#!{source}/bin/python"
+    for script in sorted((source / "bin").iterdir()):
+        target = dest / "bin" / script.name
+        if target.exists() or script.is_symlink() or not script.is_file():
+            continue
+        with open(script, "rb") as f:
+            first = f.readline()
+        if first.strip() != shebang.encode():
+            continue
+        target.write_bytes(f"#!{dest}/bin/python\n".encode() + script.read_bytes()[len(first):])
+        target.chmod(0o755)
+    for name in ("share", "etc"):  # JupyterLab's assets, extensions and server configuration
+        if (source / name).is_dir():
+            (dest / name).symlink_to(source / name)
+    subprocess.run(["chmod", "-R", "a+rX,go-w", str(dest)], check=True)
+    if not runs_as_another_user(dest / "bin" / "python"):
+        raise RuntimeError(f"{dest}/bin/python does not run as another user")
+    return dest, (f"{dest} (a venv over {base} reading {source}'s packages: {source}/bin/python links into a "
+                  "private home)")
+
+
+# ---------------------------------------------------------------------- the attendees
+@dataclass
+class Attendee:
+    name: str
+    uid: int
+    gid: int
+    home: Path
+    lang: str
+    lab_job: str = ""
+    lab_submitted: float = 0.0
+    url_seen: float = 0.0
+    session: Dict[str, str] = field(default_factory=dict)   # node, port, url file
+    fifth_job: str = ""
+    fifth_output: str = ""
+
+    @property
+    def clone(self) -> Path:
+        return self.home / "ddp-tutorial"
+
+
+def _owner_mark() -> str:
+    return f"{GECOS} {os.getpid()} {_stat(os.getpid())[19]}"
+
+
+def cleanup_stale_users() -> List[str]:
+    """Remove the users (and their processes) of a classroom whose owning process is gone."""
+    removed = []
+    for line in Path("/etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) < 7 or not fields[4].startswith(GECOS + " "):
+            continue
+        try:
+            pid, start = fields[4][len(GECOS) + 1:].split()[:2]
+            if _alive(int(pid), start):
+                continue
+        except ValueError:
+            pass
+        kill_user_processes(int(fields[2]))
+        subprocess.run(["userdel", "-r", "-f", fields[0]], capture_output=True, timeout=60)
+        removed.append(fields[0])
+    return removed
+
+
+def user_processes(uids: Set[int]) -> Dict[int, Tuple[int, str]]:
+    """{pid: (uid, command line)} of every living process owned by one of ``uids``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            uid = entry.stat().st_uid
+            if uid not in uids or not _alive(int(entry.name)):
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found[int(entry.name)] = (uid, cmd[:200])
+    return found
+
+
+def kill_user_processes(uid: int) -> int:
+    """SIGKILL, by id, each process owned by ``uid`` (a test user's); how many there were."""
+    pids = list(user_processes({uid}))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+class Classroom:
+    """N attendees on ``lab``; a context manager whose end removes the users whatever happened."""
+
+    def __init__(self, lab: SlurmLab, attendees: int, venv: Path, data_root: str, reservation: str,
+                 extra_env: Optional[Dict[str, str]] = None):
+        self.lab, self.venv, self.data_root, self.reservation = lab, venv, data_root, reservation
+        self.extra_env = dict(extra_env or {})
+        self.count = attendees
+        self.tag = secrets.token_hex(2)
+        self.attendees: List[Attendee] = []
+
+    def __enter__(self) -> "Classroom":
+        cleanup_stale_users()
+        try:
+            self._create_users()
+            with ThreadPoolExecutor(max_workers=min(8, self.count)) as pool:
+                list(pool.map(self._clone, self.attendees))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def uids(self) -> Set[int]:
+        return {a.uid for a in self.attendees}
+
+    def _create_users(self) -> None:
+        mark = _owner_mark()
+        for i in range(1, self.count + 1):
+            name = f"c{self.tag}a{i:02d}"
+            proc = subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-c", mark, name],
+                                  capture_output=True, text=True, timeout=60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"useradd {name}: {proc.stderr.strip()}")
+            import pwd
+            entry = pwd.getpwnam(name)
+            home = Path(entry.pw_dir)
+            home.chmod(0o700)  # the site's rule: the home is open only to its owner
+            self.attendees.append(Attendee(name, entry.pw_uid, entry.pw_gid, home, "tr" if i % 2 else "en"))
+
+    def environment(self, a: Attendee) -> Dict[str, str]:
+        """The attendee's login environment: the lab's clients, and the class's variables (never SBATCH_*)."""
+        return {
+            "HOME": str(a.home), "USER": a.name, "LOGNAME": a.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
+            "PATH": f"{self.lab.path('bin')}:/usr/local/bin:/usr/bin:/bin",
+            "SLURM_CONF": self.lab.env["SLURM_CONF"],
+            "DDP_TUTORIAL_LANG": a.lang, "DDP_TUTORIAL_VENV": str(self.venv),
+            "DDP_TUTORIAL_ROOT": self.data_root, "DDP_TUTORIAL_DATASET": "mnist",
+            "DDP_TUTORIAL_SLURM_PROFILE": "akya-cuda", "DDP_TUTORIAL_SLURM_GPUS": "1",
+            "DDP_TUTORIAL_SLURM_ACCOUNT": ACCOUNT, "DDP_TUTORIAL_SLURM_RESERVATION": self.reservation,
+            **{k: v.replace("{reservation}", self.reservation) for k, v in self.extra_env.items()},
+        }
+
+    def as_user(self, a: Attendee, script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """``bash -c script`` as the attendee on the lab's login node (``arf-ui1`` in the site's lab), from
+        their home."""
+        env = [f"{k}={v}" for k, v in self.environment(a).items()]
+        argv = self.lab.login_command(["setpriv", f"--reuid={a.uid}", f"--regid={a.gid}", "--init-groups",
+                                       "env", "-i", *env, "bash", "-c", f"cd && {script}"])
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def _clone(self, a: Attendee) -> None:
+        (a.home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {REPO}\n\tdirectory = {REPO}/.git\n")
+        os.chown(a.home / ".gitconfig", a.uid, a.gid)
+        proc = self.as_user(a, f"git clone -q --no-hardlinks {REPO} ddp-tutorial")
+        if proc.returncode != 0:
+            raise RuntimeError(f"git clone as {a.name}: {proc.stderr.strip()}")
+
+    def close(self) -> None:
+        for a in self.attendees:
+            self.lab.run(["scancel", f"--user={a.name}"], check=False, timeout=30)
+        for a in self.attendees:
+            kill_user_processes(a.uid)
+        for a in self.attendees:
+            proc = subprocess.run(["userdel", "-r", "-f", a.name], capture_output=True, text=True, timeout=60)
+            if proc.returncode not in (0, 12):  # 12: the home could not be removed (said on stderr)
+                print(f"userdel {a.name}: {proc.stderr.strip()}", file=sys.stderr)
+        self.attendees = []
+
+
+# ---------------------------------------------------------------------- ports
+class PortSampler:
+    """Every ``every`` seconds, ``ss -Hltnp`` in each namespace: which users hold which (node, port)."""
+
+    SS_USER = re.compile(r"pid=(\d+)")
+
+    def __init__(self, lab: SlurmLab, uids: Set[int], every: float = 1.0):
+        self.lab, self.uids, self.every = lab, uids, every
+        self.owners: Dict[Tuple[str, str], Set[int]] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "PortSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        namespaces = {"login": self.lab.hub_ns, **self.lab.node_ns}
+        while not self._stop.is_set():
+            for node, ns in namespaces.items():
+                try:
+                    out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "ss", "-Hltnp"],
+                                         capture_output=True, text=True, timeout=20).stdout
+                except (subprocess.TimeoutExpired, OSError):
+                    continue
+                for line in out.splitlines():
+                    parts = line.split()
+                    if len(parts) < 4:
+                        continue
+                    port = parts[3].rsplit(":", 1)[-1]
+                    for pid in self.SS_USER.findall(line):
+                        try:
+                            uid = Path(f"/proc/{pid}").stat().st_uid
+                        except OSError:
+                            continue
+                        if uid in self.uids:
+                            self.owners.setdefault((node, port), set()).add(uid)
+            self.samples += 1
+            self._stop.wait(self.every)
+
+    def collisions(self) -> Dict[Tuple[str, str], Set[int]]:
+        return {key: users for key, users in self.owners.items() if len(users) > 1}
+
+
+# ---------------------------------------------------------------------- 05's job, inside a session
+def fake_gpus(script: str) -> str:
+    """The lab's stand-in GPUs cannot train: the training on the CPU, 1 thread; no GPU check. The #SBATCH
+    lines stay as rendered (the class's shape is what is tested)."""
+    changed, n1 = re.subn(r"--device cuda --threads \d+", "--device cpu --threads 1", script)
+    changed, n2 = re.subn(r'(?m)^"\$PYTHON" -m ddp_tutorial\.gpu .*$',
+                          'echo "GPU check skipped: the lab\'s GPUs are stand-ins (tests/helpers/classroom.py)"',
+                          changed)
+    changed = re.sub(r"(?m)^export OMP_NUM_THREADS=\d+", "export OMP_NUM_THREADS=1", changed)
+    if n1 != 1 or n2 != 1:
+        raise RuntimeError(f"05's rendered job changed: {n1} device line(s), {n2} GPU check line(s) found")
+    return changed
+
+
+def fifth_job(environ, run_dir: Path, python: str, train_subset: int):
+    """05's job in the class's shape, as the attendee's kernel builds it (05's cells [2] and [4]): the
+    profile from DDP_TUTORIAL_SLURM_PROFILE, GPUs from DDP_TUTORIAL_SLURM_GPUS, account and reservation
+    from the class's DDP_TUTORIAL_SLURM_ACCOUNT / _RESERVATION, nodes and time from the site's [day]."""
+    from ddp_tutorial import sites, slurm
+    day = sites.load("truba").section("day")
+    name = slurm.workshop_profile(environ)
+    profile = slurm.PROFILES[name]
+    gpus = int(environ.get("DDP_TUTORIAL_SLURM_GPUS", day["job_gpus_per_node"]))
+    job = slurm.JobSpec.from_profile(
+        name, template="seed", nodes=day["job_nodes"], gpus_per_node=gpus, nproc_per_node=gpus or 3,
+        cpus_per_process=profile.cpus_per_gpu if gpus else 1, time=day["job_time"], job_name="ddp-seed",
+        dataset=environ.get("DDP_TUTORIAL_DATASET", "mnist"), root=environ["DDP_TUTORIAL_ROOT"], epochs=1,
+        run_dir=str(run_dir), python=python, account=environ.get("DDP_TUTORIAL_SLURM_ACCOUNT") or None,
+        reservation=environ.get("DDP_TUTORIAL_SLURM_RESERVATION") or None,
+        train_args=("--train-subset", str(train_subset)))
+    return name, job
+
+
+def submit_fifth_job(train_subset: int) -> int:
+    """Inside the session: build, write, try (--test-only) and submit 05's job; print ``SUBMITTED <id>``."""
+    from ddp_tutorial import slurm
+    from ddp_tutorial.i18n import TutorialError
+    run_dir = Path.cwd() / "runs" / "notebook-05"
+    try:
+        name, job = fifth_job(os.environ, run_dir, sys.executable, train_subset)
+        print(slurm.preview(job, profile=name))
+        path = slurm.write_script(fake_gpus(slurm.render(job)), run_dir / "seed.sbatch")
+        print(slurm.check_accepted(path, job))
+        print("SUBMITTED", slurm.submit(path))
+    except TutorialError as error:
+        print(error)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------- the rehearsal
+def accuracy_pattern() -> re.Pattern:
+    """The training's accuracy line in either language (messages train.accuracy)."""
+    from ddp_tutorial import i18n
+    ways = []
+    for lang in ("en", "tr"):
+        text = re.escape(i18n.messages(lang)["train.accuracy"])  # numbers as the language writes them (10.000)
+        ways.append(text.replace(re.escape("{n}"), r"\d[\d.,]*").replace(re.escape("{acc:.2f}"), r"\d[\d.,]*"))
+    return re.compile("|".join(ways))
+
+
+def job_fields(lab: SlurmLab, job: str) -> Dict[str, str]:
+    out = lab.run(["scontrol", "-o", "show", "job", job], check=False, timeout=30).stdout
+    return dict(token.partition("=")[::2] for token in out.split() if "=" in token)
+
+
+def _epoch(stamp: str) -> Optional[float]:
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _wait(what: str, ok, timeout: float, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ok()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print) -> dict:
+    """The day for every attendee at once (class-day.md §2): sessions, 05's jobs in the reservation, the
+    drain, the end of day. Returns the numbers; the caller asserts on them."""
+    n = len(room.attendees)
+    numbers: dict = {"attendees": n, "venv": str(room.venv), "refused": [], "lab_jobs": {}, "fifth_jobs": {}}
+    refusal_words = ["Batch job submission failed", "error:"]
+    if getattr(lab, "site", None) is not None:  # the job_submit.lua's words, for each partition's rules
+        import job_submit
+        refusal_words += [line for part in lab.partitions
+                          for line in job_submit.words(lab.site, lab.site.partitions[part]).values()]
+    with PortSampler(lab, room.uids) as ports, ThreadPoolExecutor(max_workers=n) as pool:
+        # 09:00 — every attendee: cd ~/ddp-tutorial && sbatch slurm/lab.sbatch
+        def start(a: Attendee):
+            a.lab_submitted = time.monotonic()
+            proc = room.as_user(a, "cd ~/ddp-tutorial && sbatch --parsable slurm/lab.sbatch")
+            if proc.returncode != 0 or any(w in proc.stderr for w in refusal_words):
+                numbers["refused"].append(f"{a.name} lab.sbatch ({proc.returncode}): {proc.stderr.strip()}")
+                return
+            a.lab_job = proc.stdout.strip().split(";")[0]
+        list(pool.map(start, room.attendees))
+        began = time.monotonic()
+
+        def url(a: Attendee):
+            log = a.clone / f"lab-{a.lab_job}.out"
+            text = log.read_text(errors="replace") if log.exists() else ""
+            found = URL_LINES.search(text)
+            if found:
+                a.url_seen = time.monotonic()
+                a.session = {"port": found.group(1), "node": found.group(2), "url_file": found.group(4)}
+                return True
+            if a.lab_job not in lab.queue():
+                raise RuntimeError(f"{a.name}'s lab job {a.lab_job} ended before its address lines:\n{text[-3000:]}")
+            return False
+        waiting = [a for a in room.attendees if a.lab_job]
+        _wait("every session's address lines", lambda: all(a.url_seen or url(a) for a in waiting), 60 + 15 * n)
+        numbers["sessions_ready_s"] = sorted(round(a.url_seen - a.lab_submitted, 1) for a in waiting)
+        for a in waiting:
+            info = job_fields(lab, a.lab_job)
+            numbers["lab_jobs"][a.name] = {k: info.get(k, "") for k in ("JobState", "Partition", "Reservation",
+                                                                         "NodeList", "NumCPUs", "TimeLimit")}
+            numbers["lab_jobs"][a.name].update(lang=a.lang, **a.session)
+        say(f"{len(waiting)} sessions up {began - min(a.lab_submitted for a in room.attendees):.1f} s after the "
+            f"first sbatch; address lines after {numbers['sessions_ready_s']} s")
+
+        # 12:45 — 05's job from inside each session, all at once
+        def fifth(a: Attendee):
+            proc = room.as_user(a, f"cd ~/ddp-tutorial && srun --jobid={a.lab_job} --overlap -N1 -n1 "
+                                   f'"$DDP_TUTORIAL_VENV/bin/python" {Path(__file__).resolve()} submit-05 '
+                                   f"--train-subset {train_subset}", timeout=180)
+            a.fifth_output = proc.stdout + proc.stderr
+            found = re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M)
+            if proc.returncode != 0 or not found or any(w in a.fifth_output for w in refusal_words):
+                numbers["refused"].append(f"{a.name} 05's job ({proc.returncode}): {a.fifth_output.strip()[-1500:]}")
+                return
+            a.fifth_job = found.group(1)
+        list(pool.map(fifth, waiting))
+        jobs = {a.fifth_job: a for a in waiting if a.fifth_job}
+        running_at_once = 0
+
+        def drained():
+            nonlocal running_at_once
+            states = {j: job_fields(lab, j).get("JobState", "") for j in jobs}
+            running_at_once = max(running_at_once, sum(s == "RUNNING" for s in states.values()))
+            return all(s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+                       for s in states.values())
+        _wait("05's jobs to end", drained, 300 + 60 * n, every=2.0)
+        accuracy = accuracy_pattern()
+        for job, a in jobs.items():
+            info = job_fields(lab, job)
+            log = a.clone / "runs" / "notebook-05" / f"slurm-{job}.out"
+            text = log.read_text(errors="replace") if log.exists() else ""
+            line = accuracy.search(text)
+            numbers["fifth_jobs"][job] = {
+                "user": a.name, "lang": a.lang, "state": info.get("JobState", ""), "exit": info.get("ExitCode", ""),
+                "partition": info.get("Partition", ""), "reservation": info.get("Reservation", ""),
+                "nodes": info.get("NodeList", ""), "num_nodes": info.get("NumNodes", ""),
+                "gpus_per_node": info.get("TresPerNode", ""), "cpus_per_task": info.get("CPUs/Task", ""),
+                "tasks": info.get("NumTasks", ""),
+                "submit": info.get("SubmitTime", ""), "start": info.get("StartTime", ""),
+                "end": info.get("EndTime", ""), "accuracy_line": line.group(0) if line else "",
+                "address_in_use": "Address already in use" in text, "log_tail": "" if line else text[-2000:]}
+        submits = [_epoch(j["submit"]) for j in numbers["fifth_jobs"].values()]
+        ends = [_epoch(j["end"]) for j in numbers["fifth_jobs"].values()]
+        if submits and ends and None not in submits + ends:
+            numbers["drain_s"] = max(ends) - min(submits)
+            numbers["max_wait_s"] = max(_epoch(j["start"]) - _epoch(j["submit"])
+                                        for j in numbers["fifth_jobs"].values())
+        numbers["fifth_running_at_once"] = running_at_once
+        say(f"05's jobs: {len(jobs)} submitted, drain {numbers.get('drain_s')} s (first submit → last end), "
+            f"at most {running_at_once} running at once (sampled every 2 s)")
+
+    # 15:00 — the end of day, the kit's way: each attendee lists their jobs and cancels them
+    def end_of_day(a: Attendee):
+        listed = room.as_user(a, "squeue --me -h -o %i").stdout.split()
+        if listed:
+            room.as_user(a, "scancel " + " ".join(listed))
+        return listed
+    numbers["processes_before_end"] = len(user_processes(room.uids))
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        cancelled = time.monotonic()
+        listed = list(pool.map(end_of_day, room.attendees))
+    names = {a.name for a in room.attendees}
+
+    def nothing_left():
+        queued = [line for line in lab.run(["squeue", "-h", "-o", "%i %u"], check=False).stdout.splitlines()
+                  if line.split()[-1:] and line.split()[-1] in names]
+        return not queued and not user_processes(room.uids)
+    try:
+        _wait("the class's processes and jobs to end", nothing_left, 30, every=0.25)
+    except TimeoutError:
+        pass
+    numbers["end_of_day_s"] = round(time.monotonic() - cancelled, 1)
+    numbers["jobs_listed_at_end"] = sum(len(x) for x in listed)
+    numbers["processes_left"] = [f"{pid} {uid} {cmd}" for pid, (uid, cmd) in user_processes(room.uids).items()]
+    numbers["jobs_left"] = [line for line in lab.run(["squeue", "-h", "-o", "%i %u %j"], check=False)
+                            .stdout.splitlines() if line.split()[1:2] and line.split()[1] in names]
+    numbers["port_pairs"] = len(ports.owners)
+    numbers["port_samples"] = ports.samples
+    numbers["port_collisions"] = {f"{node}:{port}": sorted(users) for (node, port), users in ports.collisions().items()}
+    say(f"end of day: {numbers['jobs_listed_at_end']} job(s) cancelled by their owners; "
+        f"{len(numbers['processes_left'])} process(es), {len(numbers['jobs_left'])} job(s) left after "
+        f"{numbers['end_of_day_s']} s; {numbers['port_pairs']} (node, port) pairs in {ports.samples} samples, "
+        f"{len(numbers['port_collisions'])} held by two users")
+    return numbers
+
+
+def run_class(attendees: int, train_subset: int = 512, say=print, lab: Optional[SlurmLab] = None,
+              gpu_nodes: Optional[int] = None, venv: Optional[Path] = None,
+              extra_env: Optional[Dict[str, str]] = None) -> dict:
+    """Everything: the lab (unless given: a site lab such as the ``truba_lab`` fixture), the class
+    environment, the users, the reservation, the day. The scratch folder (the class environment, if one is
+    built) is one every user can enter; it is removed after, as the users and the reservation are.
+    ``venv`` and ``extra_env`` (added to every attendee's environment; ``{reservation}`` in a value is the
+    class reservation's name) rehearse a variant: another class environment, the old kit's SBATCH_* lines."""
+    scratch = Path(tempfile.mkdtemp(prefix="ddp-classroom-"))
+    own_lab = lab is None
+    try:
+        scratch.chmod(0o755)
+        venv, how = (venv, f"{venv} (given)") if venv else class_environment(scratch / "class-venv")
+        say(f"class environment: {how}")
+        if own_lab:
+            lab = class_lab(attendees, gpu_nodes).start()
+            say("lab in TRUBA's shape: " + ", ".join(f"{part} {', '.join(nodes)}" for part, nodes
+                                                       in lab.partitions.items() if part != "debug")
+                + f"; debug over every node; up in {lab.start_seconds:.1f} s")
+        return _run_class(lab, attendees, venv, train_subset, say, extra_env)
+    finally:
+        if own_lab and lab is not None:
+            lab.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_class(lab: SlurmLab, attendees: int, venv: Path, train_subset: int, say, extra_env) -> dict:
+    data_root = os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data")
+    began = time.monotonic()
+    reservation = f"class-{secrets.token_hex(2)}"
+    nodes = reserved_nodes(lab, attendees)
+    with Classroom(lab, attendees, venv, data_root, reservation, extra_env) as room:
+        say(f"{attendees} users with homes (700) and clones in {time.monotonic() - began:.1f} s")
+        lab.run(["scontrol", "create", "reservation", f"ReservationName={reservation}", "StartTime=now",
+                 "Duration=02:00:00", f"Nodes={','.join(nodes)}",
+                 f"Users={','.join(a.name for a in room.attendees)}", "PartitionName=akya-cuda"])
+        try:
+            numbers = rehearse(lab, room, train_subset=train_subset, say=say)
+        finally:
+            lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
+        numbers["reservation"] = {"name": reservation, "nodes": nodes}
+    numbers["wall_s"] = round(time.monotonic() - began, 1)
+    return numbers
+
+
+def write_numbers(numbers: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
+    fresh.write_text(json.dumps(numbers, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(fresh, path)
+
+
+if __name__ == "__main__":  # inside an attendee's session: python tests/helpers/classroom.py submit-05
+    import argparse
+    parser = argparse.ArgumentParser(description="05's job from inside an attendee's session (the class rehearsal)")
+    parser.add_argument("what", choices=["submit-05"])
+    parser.add_argument("--train-subset", type=int, default=512)
+    sys.exit(submit_fifth_job(parser.parse_args().train_subset))
