@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from classroom import run_class, write_numbers  # noqa: E402
 def verdict(numbers: dict) -> list:
     """What went wrong in a rehearsal, one line each (empty: the class passed)."""
     wrong = list(numbers["refused"])
+    wrong += [f"session of {user} ended before its address lines: {tail[-300:]}"
+              for user, tail in numbers["sessions_failed"].items()]
     for user, job in numbers["lab_jobs"].items():
         if job["Partition"] != "debug" or job["Reservation"] not in ("", "(null)"):
             wrong.append(f"session {user} in {job['Partition']}/{job['Reservation']}")
@@ -65,9 +68,13 @@ def main(argv=None) -> int:
         parser.error("--export NAME=VALUE")
     if not 1 <= args.attendees <= 99:
         parser.error(f"--attendees {args.attendees}: from 1 to 99")
-    numbers = run_class(args.attendees, train_subset=args.train_subset, gpu_nodes=args.gpu_nodes, venv=args.venv,
-                        extra_env=dict(pair.split("=", 1) for pair in args.export),
-                        say=lambda line: print(line, flush=True))
+    try:
+        numbers = run_class(args.attendees, train_subset=args.train_subset, gpu_nodes=args.gpu_nodes, venv=args.venv,
+                            extra_env=dict(pair.split("=", 1) for pair in args.export),
+                            say=lambda line: print(line, flush=True))
+    except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as error:
+        print(f"!! the rehearsal stopped: {error}")
+        return 1
     path = args.json or REPO / "tests" / "artifacts" / f"class-rehearsal-{args.attendees}.json"
     write_numbers(numbers, path)
     print(json.dumps({k: v for k, v in numbers.items() if k not in ("lab_jobs", "fifth_jobs")}, ensure_ascii=False))

@@ -69,6 +69,7 @@ def test_a_class_of_four_on_the_site_shaped_lab(request):
     print(json.dumps({k: v for k, v in numbers.items() if k not in ("lab_jobs", "fifth_jobs")}, ensure_ascii=False))
 
     assert not numbers["refused"], "jobs refused:\n" + "\n".join(numbers["refused"])
+    assert not numbers["sessions_failed"], numbers["sessions_failed"]
     sessions = numbers["lab_jobs"]
     assert len(sessions) == ATTENDEES, sessions
     reserved = set(numbers["reservation"]["nodes"])

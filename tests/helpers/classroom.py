@@ -158,6 +158,7 @@ class Attendee:
     session: Dict[str, str] = field(default_factory=dict)   # node, port, url file
     fifth_job: str = ""
     fifth_output: str = ""
+    failed: str = ""   # the session's log, when it ended before its address lines
 
     @property
     def clone(self) -> Path:
@@ -364,20 +365,23 @@ def fake_gpus(script: str) -> str:
 def fifth_job(environ, run_dir: Path, python: str, train_subset: int):
     """05's job in the class's shape, as the attendee's kernel builds it (05's cells [2] and [4]): the
     profile from DDP_TUTORIAL_SLURM_PROFILE, GPUs from DDP_TUTORIAL_SLURM_GPUS, account and reservation
-    from the class's DDP_TUTORIAL_SLURM_ACCOUNT / _RESERVATION, nodes and time from the site's [day]."""
+    from the class's DDP_TUTORIAL_SLURM_ACCOUNT / _RESERVATION, nodes and time from the site's [day].
+    Where the package has the class's own job function (``slurm.class_job``), that builds it."""
     from ddp_tutorial import sites, slurm
     day = sites.load("truba").section("day")
     name = slurm.workshop_profile(environ)
+    common = dict(template="seed", nodes=day["job_nodes"], time=day["job_time"], job_name="ddp-seed",
+                  dataset=environ.get("DDP_TUTORIAL_DATASET", "mnist"), root=environ["DDP_TUTORIAL_ROOT"],
+                  epochs=1, python=python, train_args=("--train-subset", str(train_subset)))
+    if hasattr(slurm, "class_job"):
+        folder = slurm.class_run_dir("notebook-05", default=run_dir.parent, environ=environ)
+        return name, slurm.class_job(environ=environ, run_dir=folder, **common)
     profile = slurm.PROFILES[name]
     gpus = int(environ.get("DDP_TUTORIAL_SLURM_GPUS", day["job_gpus_per_node"]))
-    job = slurm.JobSpec.from_profile(
-        name, template="seed", nodes=day["job_nodes"], gpus_per_node=gpus, nproc_per_node=gpus or 3,
-        cpus_per_process=profile.cpus_per_gpu if gpus else 1, time=day["job_time"], job_name="ddp-seed",
-        dataset=environ.get("DDP_TUTORIAL_DATASET", "mnist"), root=environ["DDP_TUTORIAL_ROOT"], epochs=1,
-        run_dir=str(run_dir), python=python, account=environ.get("DDP_TUTORIAL_SLURM_ACCOUNT") or None,
-        reservation=environ.get("DDP_TUTORIAL_SLURM_RESERVATION") or None,
-        train_args=("--train-subset", str(train_subset)))
-    return name, job
+    return name, slurm.JobSpec.from_profile(
+        name, gpus_per_node=gpus, nproc_per_node=gpus or 3, cpus_per_process=profile.cpus_per_gpu if gpus else 1,
+        run_dir=str(run_dir), account=environ.get("DDP_TUTORIAL_SLURM_ACCOUNT") or None,
+        reservation=environ.get("DDP_TUTORIAL_SLURM_RESERVATION") or None, **common)
 
 
 def submit_fifth_job(train_subset: int) -> int:
@@ -388,7 +392,7 @@ def submit_fifth_job(train_subset: int) -> int:
     try:
         name, job = fifth_job(os.environ, run_dir, sys.executable, train_subset)
         print(slurm.preview(job, profile=name))
-        path = slurm.write_script(fake_gpus(slurm.render(job)), run_dir / "seed.sbatch")
+        path = slurm.write_script(fake_gpus(slurm.render(job)), Path(job.run_dir) / "seed.sbatch")
         print(slurm.check_accepted(path, job))
         print("SUBMITTED", slurm.submit(path))
     except TutorialError as error:
@@ -451,7 +455,6 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
                 return
             a.lab_job = proc.stdout.strip().split(";")[0]
         list(pool.map(start, room.attendees))
-        began = time.monotonic()
 
         def url(a: Attendee):
             log = a.clone / f"lab-{a.lab_job}.out"
@@ -462,18 +465,25 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
                 a.session = {"port": found.group(1), "node": found.group(2), "url_file": found.group(4)}
                 return True
             if a.lab_job not in lab.queue():
-                raise RuntimeError(f"{a.name}'s lab job {a.lab_job} ended before its address lines:\n{text[-3000:]}")
+                a.failed = text[-1500:] or f"(no log {log})"
+                return True
             return False
         waiting = [a for a in room.attendees if a.lab_job]
-        _wait("every session's address lines", lambda: all(a.url_seen or url(a) for a in waiting), 60 + 15 * n)
+        _wait("every session's address lines",
+              lambda: all(a.url_seen or a.failed or url(a) for a in waiting), 60 + 15 * n)
+        numbers["sessions_failed"] = {a.name: a.failed for a in waiting if a.failed}
+        waiting = [a for a in waiting if not a.failed]
         numbers["sessions_ready_s"] = sorted(round(a.url_seen - a.lab_submitted, 1) for a in waiting)
+        if not waiting:
+            raise RuntimeError("no session started: " + json.dumps(numbers["sessions_failed"] or numbers["refused"],
+                                                                    ensure_ascii=False)[:3000])
         for a in waiting:
             info = job_fields(lab, a.lab_job)
             numbers["lab_jobs"][a.name] = {k: info.get(k, "") for k in ("JobState", "Partition", "Reservation",
                                                                          "NodeList", "NumCPUs", "TimeLimit")}
             numbers["lab_jobs"][a.name].update(lang=a.lang, **a.session)
-        say(f"{len(waiting)} sessions up {began - min(a.lab_submitted for a in room.attendees):.1f} s after the "
-            f"first sbatch; address lines after {numbers['sessions_ready_s']} s")
+        say(f"{len(waiting)} sessions up, {len(numbers['sessions_failed'])} ended before their address lines; "
+            f"address lines after {numbers['sessions_ready_s']} s")
 
         # 12:45 — 05's job from inside each session, all at once
         def fifth(a: Attendee):
@@ -500,7 +510,7 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
         accuracy = accuracy_pattern()
         for job, a in jobs.items():
             info = job_fields(lab, job)
-            log = a.clone / "runs" / "notebook-05" / f"slurm-{job}.out"
+            log = Path(info.get("StdOut", "") or a.clone / "runs" / "notebook-05" / f"slurm-{job}.out")
             text = log.read_text(errors="replace") if log.exists() else ""
             line = accuracy.search(text)
             numbers["fifth_jobs"][job] = {
