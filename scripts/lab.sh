@@ -5,7 +5,12 @@
 #   bash scripts/lab.sh tr       # Türkçe defterler
 #   bash scripts/lab.sh tr --reset   # a fresh copy of the notebooks (the old one is kept as a backup)
 #   DDP_TUTORIAL_VENV=/shared/ddp-venv bash scripts/lab.sh tr   # a workshop: the class environment
+#   bash scripts/lab.sh en --login-ok    # a laptop or workstation that has sbatch (see 0.)
 #
+# 0. never on a cluster's login node (issue 45, T5-1): on a host the site tables name as a login node
+#    (ddp_tutorial/sites/*.toml), or wherever sbatch exists outside a SLURM job, it refuses in one line and
+#    names the route that works: `sbatch slurm/lab.sbatch` (scripts/lab_job.sh in a job) or the OnDemand app.
+#    --login-ok (or DDP_TUTORIAL_LOGIN_OK=1) is for a laptop or workstation that has a SLURM client;
 # 1. the environment: with DDP_TUTORIAL_VENV (the class environment the instructor built once with
 #    `bash scripts/setup.sh --site truba --prefix DIR`) NOTHING is installed: that venv is used as it is,
 #    and may be read-only. Without it: creates/updates the virtual environment .venv of this checkout
@@ -44,17 +49,45 @@ esac
 # Jupyter (`lab.sh tr en` would fail with "No such file"), unless it is the value of an option before it.
 previous=""
 for a in "$@"; do
-  if [[ $a != -* ]] && { [[ $previous != --* ]] || [[ $previous == *=* ]] || [ "$previous" = --reset ]; }; then
+  if [[ $a != -* ]] && { [[ $previous != --* ]] || [[ $previous == *=* ]] || [ "$previous" = --reset ] \
+                         || [ "$previous" = --login-ok ]; }; then
     echo "!! '$a': dil yalnızca bir kez, ilk sözcük olarak verilir; ardından JupyterLab seçenekleri gelir (--port 8899) / the language comes once, first; what follows must be JupyterLab options (--port 8899)" >&2
     exit 2
   fi
   previous=$a
 done
+# Never on a cluster's login node (issue 45, T5-1): JupyterLab, its kernels and engines are work, and TRUBA
+# suspends the accounts that load its login nodes. A login node is one the site tables name
+# (ddp_tutorial/sites/*.toml, [login] patterns and hosts: scripts/site_login.sh), even inside a job (salloc's
+# shell runs there), or any machine with sbatch and no SLURM job around this shell. The route that works is a
+# job (slurm/lab.sbatch, whose defaults are the day's layout; scripts/lab_job.sh) or the OnDemand app;
+# a laptop or workstation with a SLURM client says --login-ok (or DDP_TUTORIAL_LOGIN_OK=1).
+login_ok=${DDP_TUTORIAL_LOGIN_OK:-0}
+for a in "$@"; do [ "$a" = --login-ok ] && login_ok=1; done
+if [ "$login_ok" != 1 ]; then
+  source scripts/site_login.sh
+  host=$(hostname 2>/dev/null || uname -n)
+  table=$(site_login_match "$host" "$(site_login_table "${DDP_TUTORIAL_SITE:-}" "")")
+  if [ -n "$table" ]; then
+    login_site=$(basename "$table" .toml)
+    say "!! lab.sh: burası $login_site sitesinin bir giriş düğümü ($host): JupyterLab ve motorları burada çalıştırılmaz (merkez, giriş düğümüne yük bindiren hesabı askıya alır). Bir hesaplama düğümünde başlatın: sbatch slurm/lab.sbatch (günün ayarlarıyla; sonra cat lab-İŞNO.out) ya da OnDemand uygulaması. Kendi bilgisayarınızdaysanız: bash scripts/lab.sh $lang --login-ok" \
+        "!! lab.sh: this is a login node of $login_site ($host): JupyterLab and its engines must not run here (the site suspends accounts that load a login node). Start it on a compute node: sbatch slurm/lab.sbatch (the day's settings; then cat lab-JOBID.out), or the OnDemand app. On your own computer: bash scripts/lab.sh $lang --login-ok" >&2
+    exit 2
+  elif command -v sbatch >/dev/null 2>&1 && [ -z "${SLURM_JOB_ID:-}" ]; then
+    say "!! lab.sh: bu makinede sbatch var ve bu kabuk bir SLURM işinin içinde değil (SLURM_JOB_ID yok): burası bir kümenin giriş düğümüyse JupyterLab ve motorları burada çalıştırılmaz. Bir işte başlatın: sbatch -p KUYRUK -c 4 -t 03:00:00 slurm/lab.sbatch ya da OnDemand uygulaması. Kendi bilgisayarınızdaysanız: bash scripts/lab.sh $lang --login-ok" \
+        "!! lab.sh: this machine has sbatch and this shell is in no SLURM job (no SLURM_JOB_ID): if this is a cluster's login node, JupyterLab and its engines must not run here. Start it in a job: sbatch -p PARTITION -c 4 -t 03:00:00 slurm/lab.sbatch, or the OnDemand app. On your own computer: bash scripts/lab.sh $lang --login-ok" >&2
+    exit 2
+  fi
+fi
 # The environment: the class one (DDP_TUTORIAL_VENV, the caller's path made absolute) or this checkout's .venv.
 export DDP_TUTORIAL_LANG=$lang
+source scripts/python_check.sh
 if [ -n "${DDP_TUTORIAL_VENV:-}" ]; then
   venv=$(absolute "$DDP_TUTORIAL_VENV")
-  if [ ! -x "$venv/bin/python" ]; then
+  if { [ -L "$venv/bin/python" ] || [ -e "$venv/bin/python" ]; } && [ -n "$(path_blocker "$venv/bin/python" me x)" ]; then
+    # there, but not runnable by this user (class day P1: a venv whose python links into a private folder)
+    python_unrunnable "$venv/bin/python" "$lang" lab.sh
+  elif [ ! -x "$venv/bin/python" ]; then
     say "!! DDP_TUTORIAL_VENV=$DDP_TUTORIAL_VENV: orada bir Python ortamı yok ($venv/bin/python); eğitmenin verdiği klasörü yazın (bash scripts/setup.sh --prefix ile kurulan)." \
         "!! DDP_TUTORIAL_VENV=$DDP_TUTORIAL_VENV: there is no Python environment there ($venv/bin/python); give the folder the instructor named (built with bash scripts/setup.sh --prefix)." >&2
     exit 2
@@ -64,7 +97,6 @@ else
 fi
 # Python >= 3.11 before anything else (the venv's, or the one setup.sh would make it with): else one
 # line in the attendee's language saying what to do (scripts/python_check.sh), exit 2.
-source scripts/python_check.sh
 if [ -x "$venv/bin/python" ]; then python_check "$venv/bin/python" "$lang" lab.sh
 else python_check "${PYTHON:-python3}" "$lang" lab.sh; fi
 case "${DDP_TUTORIAL_DATASET:-}" in
@@ -79,6 +111,7 @@ args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reset) reset=1 ;;
+    --login-ok) ;;
     --site=*) site=${1#--site=} ;;
     --site) site=${2:-}; [ $# -gt 0 ] && shift ;;
     *) args+=("$1") ;;

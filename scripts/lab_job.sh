@@ -21,13 +21,16 @@
 # One JupyterLab per working copy: a second start on the same copy is refused, naming the first.
 #
 # Nothing is installed and no data is downloaded here (compute nodes often have no internet, and the
-# class shares one environment): the environment and the data are made on the login node beforehand.
+# class shares one environment): the environment (by the instructor, in a job on a compute node) and the data
+# are made beforehand.
 #
 # Environment (all optional):
 #   DDP_TUTORIAL_LANG   tr | en (default en): the notebooks' copy and the messages
 #   DDP_TUTORIAL_VENV   the class environment, a venv folder (DIR/bin/jupyter; default: the checkout's .venv)
 #   DDP_TUTORIAL_ROOT   the data root (default ~/ddp-data); DDP_TUTORIAL_DATASET (mnist | fashion-mnist)
 #   DDP_TUTORIAL_WORK   where the working copies live (default <checkout>/workshop), as in scripts/lab.sh
+#   DDP_TUTORIAL_LOGIN_HOST  the tunnel's login address (default: the site table's [login] address when
+#                       the site is known, DDP_TUTORIAL_SITE or the submit host's name; else SLURM_SUBMIT_HOST)
 #   DDP_TUTORIAL_LAB_PORT, DDP_TUTORIAL_LAB_TOKEN, DDP_TUTORIAL_LAB_BASE_URL: given by OnDemand; else a
 #                       free port and a new token are chosen here, and the base URL is /. A port given
 #                       must be 1–65535 and free on this node's address.
@@ -55,13 +58,26 @@ say() { if [ "$lang" = tr ]; then echo "$1"; else echo "$2"; fi; }
 absolute() { (cd "$caller" && realpath -m -- "$1"); }
 
 venv=$(absolute "${DDP_TUTORIAL_VENV:-$checkout/.venv}")
-if [ ! -x "$venv/bin/jupyter" ] || [ ! -x "$venv/bin/python" ]; then
-  say "!! $venv bir ortam değil (bin/jupyter yok): sınıfın ortamını DDP_TUTORIAL_VENV ile verin (eğitmen giriş düğümünde bir kez kurar: bash scripts/setup.sh --prefix KLASÖR)" \
-      "!! $venv is no environment (no bin/jupyter): give the class environment with DDP_TUTORIAL_VENV (the instructor builds it once on the login node: bash scripts/setup.sh --prefix DIR)" >&2
+source scripts/python_check.sh
+if { [ -L "$venv/bin/python" ] || [ -e "$venv/bin/python" ]; } && [ -n "$(path_blocker "$venv/bin/python" me x)" ]; then
+  python_unrunnable "$venv/bin/python" "$lang" lab_job.sh   # there, but not yours to run (class day P1)
+elif [ ! -x "$venv/bin/jupyter" ] || [ ! -x "$venv/bin/python" ]; then
+  say "!! $venv bir ortam değil (bin/jupyter yok): sınıfın ortamını DDP_TUTORIAL_VENV ile verin (eğitmen bir kez, bir hesaplama düğümündeki bir işte kurar: srun -p debug … bash scripts/setup.sh --site truba --prefix KLASÖR)" \
+      "!! $venv is no environment (no bin/jupyter): give the class environment with DDP_TUTORIAL_VENV (the instructor builds it once, in a job on a compute node: srun -p debug … bash scripts/setup.sh --site truba --prefix DIR)" >&2
   exit 2
 fi
-source scripts/python_check.sh
 python_check "$venv/bin/python" "$lang" lab_job.sh
+# A CPU session never sits in the class's GPU reservation (class day P3): it would hold cores of the nodes
+# 05's jobs need, and end with the reservation. SBATCH_RESERVATION (an old kit's ~/.bashrc export) sends every
+# sbatch there; the class's reservation travels as DDP_TUTORIAL_SLURM_RESERVATION, read only for 05's jobs.
+# Said in one line, not refused: the session is already placed, and a site may reserve nodes for the
+# sessions themselves.
+in_reservation=${SLURM_JOB_RESERVATION:-${SBATCH_RESERVATION:-}}
+if [ -n "${SBATCH_RESERVATION:-}" ] || { [ -n "$in_reservation" ] \
+     && [ "$in_reservation" = "${DDP_TUTORIAL_SLURM_RESERVATION:-}" ]; }; then
+  say "!! bu oturum $in_reservation rezervasyonunda çalışıyor; sınıfın GPU rezervasyonu 05'in işleri içindir. Oturumu kapatın (scancel ${SLURM_JOB_ID:-İŞNO}), unset SBATCH_RESERVATION yapın (~/.bashrc'den de silin) ve yeniden gönderin: sbatch slurm/lab.sbatch" \
+      "!! this session runs in reservation $in_reservation; the class's GPU reservation is meant for 05's jobs. End it (scancel ${SLURM_JOB_ID:-JOBID}), unset SBATCH_RESERVATION (remove it from ~/.bashrc too) and submit again: sbatch slurm/lab.sbatch" >&2
+fi
 export PATH="$venv/bin:$PATH" DDP_TUTORIAL_LANG=$lang
 
 if [ -z "${DDP_TUTORIAL_ROOT:-}" ] && [ -z "${HOME:-}" ]; then
@@ -242,7 +258,14 @@ import json, os, sys
 with os.fdopen(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as config:
     json.dump({"IdentityProvider": {"token": os.environ["LAB_TOKEN"]}}, config)' "$config"
 base=${DDP_TUTORIAL_LAB_BASE_URL:-/}
-login=${DDP_TUTORIAL_LOGIN_HOST:-${SLURM_SUBMIT_HOST:-LOGIN}}
+# The tunnel's login address (T5-20): DDP_TUTORIAL_LOGIN_HOST, else the site table's documented address
+# ([login] address) when the site is known (DDP_TUTORIAL_SITE, or the submit host is one of a table's login
+# nodes: a laptop on the VPN may not resolve the short name arf-ui1), else the submit host.
+source scripts/site_login.sh
+table=$(site_login_table "${DDP_TUTORIAL_SITE:-}" "${SLURM_SUBMIT_HOST:-}")
+login=${DDP_TUTORIAL_LOGIN_HOST:-}
+[ -z "$login" ] && [ -n "$table" ] && login=$(site_login_value "$table" address)
+login=${login:-${SLURM_SUBMIT_HOST:-LOGIN}}
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)
 cd "$work"

@@ -36,3 +36,69 @@ python_check() {
   esac
   exit 2
 }
+
+# Class day P1 (issue 45): an environment whose bin/python is there but cannot be run — its interpreter lies
+# (through the venv's link) in a folder that lets nobody else through, such as the builder's mode-700 home.
+#
+#   path_blocker PATH WHO NEED   # WHO: me (this user) | others (the other-permission bits); NEED: x | r
+#       prints the first folder on PATH's way (links followed, each folder checked as it is entered) that WHO
+#       cannot pass, or PATH's final file when WHO cannot run it (x) or read it (r); nothing when all is open.
+#   python_unrunnable PY LANG SCRIPT   # one line, in LANG, on stderr: PY is there but this user cannot run
+#       it, naming the folder that blocks and what the instructor does; exit 2.
+
+_open_for() {  # _open_for PATH WHO BITS: PATH allows WHO the BITS (x, r or rx)
+  local mode
+  if [ "$2" = me ]; then
+    case "$3" in x) [ -x "$1" ] ;; r) [ -r "$1" ] ;; *) [ -r "$1" ] && [ -x "$1" ] ;; esac
+    return
+  fi
+  mode=$(stat -L -c %a -- "$1" 2>/dev/null) || return 1
+  case "$3" in x) (( 8#$mode & 1 )) ;; r) (( 8#$mode & 4 )) ;; *) (( (8#$mode & 5) == 5 )) ;; esac
+}
+
+path_blocker() {
+  local rest=$1 who=$2 need=$3 done="" part link hops=0
+  [[ $rest == /* ]] || rest=$PWD/$rest
+  while [ -n "$rest" ]; do
+    part=${rest%%/*}
+    if [[ $rest == */* ]]; then rest=${rest#*/}; else rest=""; fi
+    case "$part" in
+      ""|.) continue ;;
+      ..) done=${done%/*}; continue ;;
+    esac
+    _open_for "${done:-/}" "$who" x || { echo "${done:-/}"; return 0; }
+    if [ -L "$done/$part" ]; then
+      hops=$((hops + 1))
+      [ $hops -le 40 ] || return 0
+      link=$(readlink -- "$done/$part") || { echo "$done/$part"; return 0; }
+      [[ $link == /* ]] && done=""
+      rest=$link${rest:+/$rest}
+      continue
+    fi
+    done=$done/$part
+  done
+  local bits=$need
+  [ "$who" = others ] && [ "$need" = x ] && bits=rx   # an interpreter others run: read and execute for all
+  _open_for "${done:-/}" "$who" "$bits" || echo "${done:-/}"
+  return 0
+}
+
+python_unrunnable() {
+  local py=$1 lang=$2 script=$3 user blocker why en tr
+  user=$(id -un 2>/dev/null || id -u)
+  blocker=$(path_blocker "$py" me x)
+  why=$("$py" -c '' 2>&1 | head -n 1 | sed 's/^.*line [0-9]*: //' | cut -c 1-160) || true
+  if [ -n "$blocker" ] && [ -d "$blocker" ]; then
+    en="!! $script: $py is there, but you ($user) cannot run it: $blocker does not let you through (the environment's interpreter lies behind it). The instructor rebuilds the class environment from a Python others can run (the site's module), with bash scripts/setup.sh --prefix DIR, which checks this"
+    tr="!! $script: $py orada, ama siz ($user) onu çalıştıramıyorsunuz: $blocker sizi geçirmiyor (ortamın yorumlayıcısı onun ardında). Eğitmen sınıf ortamını başkalarının da çalıştırabildiği bir Python'dan (merkezin modülü) bash scripts/setup.sh --prefix KLASÖR ile yeniden kursun; bu komut bunu denetler"
+  else
+    en="!! $script: $py is there, but you ($user) cannot run it (${why:-no reason given}). The instructor rebuilds the class environment from a Python others can run (the site's module), with bash scripts/setup.sh --prefix DIR, which checks this"
+    tr="!! $script: $py orada, ama siz ($user) onu çalıştıramıyorsunuz (${why:-neden bildirilmedi}). Eğitmen sınıf ortamını başkalarının da çalıştırabildiği bir Python'dan (merkezin modülü) bash scripts/setup.sh --prefix KLASÖR ile yeniden kursun; bu komut bunu denetler"
+  fi
+  case "$lang" in
+    tr) echo "$tr" >&2 ;;
+    en) echo "$en" >&2 ;;
+    *) echo "$en / $tr" >&2 ;;
+  esac
+  exit 2
+}

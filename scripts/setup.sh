@@ -15,6 +15,11 @@
 # installed for them (DIR may be read-only). DIR must be new or empty, or a class environment this script
 # made before (its marker .ddp-tutorial-class-env and a pyvenv.cfg): any other folder is refused untouched;
 # the environment ends readable by all and writable by its owner only (a+rX,go-w), whatever the umask.
+# It ends by checking the environment as ANOTHER user would run it (class day P1: a venv's python links to the
+# interpreter it was made from, which may lie in the builder's private home): the other-permission bits along
+# the way to its interpreter and standard library and, when root, `import ddp_tutorial` as nobody; if others
+# cannot run it, one line names the folder that blocks them, exit 2. DIR/ddp-tutorial.module records the
+# Python module loaded for the build (T5-17), which the OnDemand ~/.bashrc block loads (ondemand/truba/bashrc.sh).
 # On TRUBA (a host named arf-ui*/*.truba.gov.tr, or /arf present) --site truba is taken when no
 # --site/--cuda is given, and said so. A laptop without GPU may take the CPU build, --cuda cpu
 # (download.pytorch.org/whl/cpu, about 1 GB instead of 5–6 GB; not tested here: this machine's package
@@ -204,7 +209,32 @@ cp notebooks/lab/overrides.json "$VENV/share/jupyter/lab/settings/"
 # What lab.sh looks at to skip this script when pyproject.toml and setup.sh have not changed since.
 [ "$VENV" = .venv ] && touch .venv/.lab-setup-done
 if [ -n "$prefix" ]; then   # readable by every attendee (the folders above it must let them through: chmod o+x),
+  # The Python module this environment was built with (issue 45, T5-17): the loaded modules whose name says
+  # python (LOADEDMODULES, set by `module load`), one a line; ondemand/truba/bashrc.sh loads them in the
+  # session before it uses the environment. Empty: built without a module.
+  tr ':' '\n' <<< "${LOADEDMODULES:-}" | grep -i python > "$VENV/ddp-tutorial.module.tmp.$$" || true
+  mv -f "$VENV/ddp-tutorial.module.tmp.$$" "$VENV/ddp-tutorial.module"
   chmod -R a+rX,go-w "$VENV"   # writable by its owner only (links inside it are not followed)
+  # Class day P1 (issue 45): the environment as ANOTHER user runs it. As root: its Python imports the package
+  # as nobody (from /, isolated: not this checkout's copy). Otherwise: the other-permission bits along the
+  # way to its interpreter (links resolved, every folder) and to the standard library it reads.
+  blocker="" failed=""
+  blocker=$(path_blocker "$VENV/bin/python" others x)
+  [ -n "$blocker" ] || blocker=$(path_blocker "$("$VENV/bin/python" -I -c 'import os; print(os.__file__)')" others r)
+  if [ -z "$blocker" ] && [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+    # (through env: setpriv's own exec passed a mode-700 folder on our test machine; env's exec is nobody's)
+    if ! out=$(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups -- env "$VENV/bin/python" -I \
+                 -c "import ddp_tutorial" 2>&1 >/dev/null); then
+      failed=$(tail -n 1 <<< "${out:-?}" | cut -c 1-160)
+    fi
+  fi
+  if [ -n "$blocker" ]; then
+    refuse_prefix "the class environment $VENV is built, but other users cannot run it: $blocker does not let them through (its Python lies behind it). Build it in a new folder from a Python others can run (the site's module: module av python; not a Python in your home)" \
+      "sınıf ortamı $VENV kuruldu, ama başka kullanıcılar onu çalıştıramıyor: $blocker onları geçirmiyor (ortamın Python'u onun ardında). Ortamı yeni bir klasöre, başkalarının da çalıştırabildiği bir Python'dan kurun (merkezin modülü: module av python; ev dizininizdeki bir Python değil)"
+  elif [ -n "$failed" ]; then
+    refuse_prefix "the class environment $VENV is built, but as another user (nobody) its Python cannot import the package: $failed. Build it in a new folder from a Python others can run (the site's module: module av python)" \
+      "sınıf ortamı $VENV kuruldu, ama başka bir kullanıcı (nobody) olarak Python'u paketi içe aktaramıyor: $failed. Ortamı yeni bir klasöre, başkalarının da çalıştırabildiği bir Python'dan kurun (merkezin modülü: module av python)"
+  fi
   echo "== class environment ready / sınıf ortamı hazır: DDP_TUTORIAL_VENV=$VENV bash scripts/lab.sh tr"
 fi
 exit 0

@@ -121,3 +121,10 @@ def pytest_runtest_setup(item):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+# ===== lab.sh's login-node guard (issue 45, T5-1; tests/test_login_guard.py) ===============================
+# This machine has the SLURM lab's sbatch on PATH and the tests run in no job: lab.sh would take it for a
+# cluster's login node and refuse. The tests that start lab.sh as on a laptop say so as a laptop's user does
+# (DDP_TUTORIAL_LOGIN_OK=1); tests/test_login_guard.py takes it away to see the refusal.
+os.environ.setdefault("DDP_TUTORIAL_LOGIN_OK", "1")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddp_tutorial import gpu
+from test_setup_prefix import open_folder, stand_ins  # noqa: F401  (open_folder: a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv"
@@ -96,7 +97,7 @@ def checkout_with_a_stand_in_jupyter(tmp_path: Path) -> Path:
     Python and packages, with `jupyter` replaced by the stand-in above and setup already done."""
     clone = tmp_path / "clone"
     (clone / "scripts").mkdir(parents=True)
-    for name in ("lab.sh", "workshop_copy.sh", "setup.sh", "python_check.sh"):
+    for name in ("lab.sh", "workshop_copy.sh", "setup.sh", "python_check.sh", "site_login.sh"):
         (clone / "scripts" / name).write_bytes((REPO / "scripts" / name).read_bytes())
     (clone / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
     (clone / "notebooks" / "lab").mkdir(parents=True)
@@ -277,30 +278,6 @@ def test_a_class_environment_that_is_not_there_is_named(tmp_path, lang, words):
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
 
 
-STAND_IN_PIP = """#!/bin/bash
-# This environment's python, except that pip (-m pip --disable-pip-version-check -q …) only records
-# what it was asked (no download, no install)
-# and torch counts as not installed yet; everything else is the test venv's real Python.
-if [ "$1 $2" = "-m pip" ]; then shift 4; echo "$*" >> "{log}"; exit 0; fi
-case "$*" in *"import torch, torchvision, sys"*) exit 1 ;; esac
-exec "{python}" "$@"
-"""
-
-
-def class_environment_stand_in(tmp_path: Path) -> Path:
-    """A --prefix folder that already holds a "venv" whose pip is the recorder above, made by setup.sh
-    before (its marker and pyvenv.cfg: setup.sh refuses any other folder, tests/test_setup_prefix.py)."""
-    prefix = tmp_path / "class-env"
-    (prefix / "bin").mkdir(parents=True)
-    (prefix / "pyvenv.cfg").write_text(f"home = {VENV / 'bin'}\n")
-    (prefix / ".ddp-tutorial-class-env").write_text("made by scripts/setup.sh --prefix\n")
-    python = prefix / "bin" / "python"
-    python.write_text(STAND_IN_PIP.replace("{log}", str(tmp_path / "pip.log"))
-                      .replace("{python}", str(VENV / "bin" / "python")))
-    python.chmod(0o755)
-    return prefix
-
-
 def _setup(tmp_path, *args, wrap=(), **env):
     environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_SITE", "VENV", "VIRTUAL_ENV")}
     environ.update(SKIP_SYSTEM="1", DDP_TUTORIAL_LANG="en", **env)
@@ -308,15 +285,17 @@ def _setup(tmp_path, *args, wrap=(), **env):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(tmp_path):
+def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(open_folder):
     """`setup.sh --site truba --prefix DIR` (DIR relative to the caller): torch pinned from the cu126
     index, the package as a copy (not -e: it must not depend on the instructor's checkout), JupyterLab's
-    settings inside DIR, everything readable by all, and the attendees' command printed."""
-    prefix = class_environment_stand_in(tmp_path)
-    done = _setup(tmp_path, "--site", "truba", "--prefix", "class-env")
+    settings inside DIR, everything readable by all, and the attendees' command printed. DIR is made by a
+    real venv whose pip only records (tests/test_setup_prefix.py), in a folder others can enter: setup.sh
+    ends by checking the environment as another user (class day P1)."""
+    tmp_path, prefix = open_folder, open_folder / "class-env"
+    done = _setup(tmp_path, "--site", "truba", "--prefix", "class-env", PYTHON=str(stand_ins(tmp_path)))
     assert done.returncode == 0, done.stdout + done.stderr
     pins = f"torch=={gpu.TORCH_VERSION} torchvision=={gpu.TORCHVISION_VERSION}"
-    assert (tmp_path / "pip.log").read_text().splitlines() == [
+    assert (tmp_path / "pip.log").read_text().splitlines()[1:] == [
         f"install --force-reinstall --index-url {gpu.VARIANTS['cu126'].index_url} {pins}",
         f"install --no-cache-dir {pins} .[notebooks]"]
     assert (prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json").is_file()
@@ -325,15 +304,16 @@ def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(tmp_p
 
 
 @pytest.mark.parametrize("site, variant", [("", "cu126"), ("none", "cu130")])
-def test_setup_recognises_truba_by_its_login_node_name(tmp_path, site, variant):
+def test_setup_recognises_truba_by_its_login_node_name(open_folder, site, variant):
     """A login node named arf-ui1 (a UTS namespace of its own): --site truba is taken and said, unless
     DDP_TUTORIAL_SITE=none; then the node's own choice (no GPU: PyPI's cu130)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (a host name of its own)")
-    class_environment_stand_in(tmp_path)
+    tmp_path = open_folder
     wrap = ["unshare", "--uts", "sh", "-c", 'hostname arf-ui1 && exec "$@"', "sh"]
-    done = _setup(tmp_path, "--prefix", "class-env", wrap=wrap, DDP_TUTORIAL_SITE=site)
+    done = _setup(tmp_path, "--prefix", "class-env", wrap=wrap, DDP_TUTORIAL_SITE=site,
+                  PYTHON=str(stand_ins(tmp_path)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("TRUBA recognised" in done.stdout) == (site == ""), done.stdout
-    first = (tmp_path / "pip.log").read_text().splitlines()[0]
+    first = (tmp_path / "pip.log").read_text().splitlines()[1]   # after the maker's "made …" line
     assert (gpu.VARIANTS["cu126"].index_url in first) == (variant == "cu126"), first
