@@ -6,6 +6,7 @@
     ddp-tutorial env          # what this process would be told: rank, world size, master, backend
     ddp-tutorial check-script train.py   # the lines to change to run anywhere, and the launch that fits
     ddp-tutorial site-check --reservation NAME   # the day-before check at the site (ok / what to do)
+    ddp-tutorial site show|plan --site truba --attendees 30   # the site's rules with sources; the day's arithmetic
 
 It answers at once: only the chosen subcommand's module is imported, and ``--help``, ``train
 --help``, ``data check`` and ``slurm render`` never import torch. Help texts and argparse's own
@@ -86,6 +87,11 @@ def _add_site_check(sub) -> None:
     add_cli(sub)
 
 
+def _add_site(sub) -> None:
+    from .sites.cli import add_cli
+    add_cli(sub)
+
+
 # name → (adds the full parser, the catalogue key of its one-line help)
 COMMANDS: Dict[str, Tuple[Callable, str]] = {
     "train": (_add_train, "cli.train"),
@@ -94,6 +100,7 @@ COMMANDS: Dict[str, Tuple[Callable, str]] = {
     "slurm": (_add_slurm, "cli.slurm"),
     "check-script": (_add_check_script, "cli.check_script"),
     "site-check": (_add_site_check, "site.cli_help"),
+    "site": (_add_site, "site_show.cli_help"),
 }
 
 

@@ -74,18 +74,29 @@ def test_logs_refuses_a_tail_below_one(stand_in, tmp_path, tail):
     assert out.returncode == 0 and out.stdout == "line 3\nline 4\n"
 
 
-@pytest.mark.parametrize("time_limit,signal_seconds,limit", [("00:05:00", 600, 300), ("5", 300, 300),
-                                                             ("1:00", 60, 60)])
-def test_a_preemption_warning_not_shorter_than_the_time_limit_is_refused(time_limit, signal_seconds, limit):
-    """A10: SIGUSR1 at the start of every run: checkpoint at step 0, requeue, for ever."""
+@pytest.mark.parametrize("time_limit,signal_seconds,smallest", [("00:05:00", 600, "00:12:00"), ("5", 300, "00:07:00"),
+                                                                ("1:00", 60, "00:03:00"),
+                                                                ("00:01:00", 30, "00:02:00"),   # P8, as seen
+                                                                ("00:03:00", 120, "00:04:00")])  # 180 = 120 + 60
+def test_a_preemption_warning_within_60_s_of_the_time_limit_is_refused(time_limit, signal_seconds, smallest):
+    """A10, P8: SLURM may send --signal's warning up to 60 s early, so with time <= signal + 60 a run can be
+    warned at its start: checkpoint at step 0, requeue, for ever (the class-day rehearsal saw 7 restarts, 3
+    with no progress, with time=00:01:00 and signal 30). Refused with the smallest time that works."""
     spec = slurm.JobSpec(time=time_limit, signal_seconds=signal_seconds, requeue=True)
     with pytest.raises(TutorialError) as caught:
         slurm.render(spec)
     assert caught.value.key == "slurm_limits.signal_ge_time"
     for lang in ("en", "tr"):
-        assert "--preempt-signal" in caught.value.text(lang) and time_limit in caught.value.text(lang)
-    slurm.render(slurm.JobSpec(time=time_limit, signal_seconds=limit - 1, requeue=True))
+        text = caught.value.text(lang)
+        assert "--preempt-signal" in text and time_limit in text and smallest in text and "60" in text, text
+    slurm.render(slurm.JobSpec(time=smallest, signal_seconds=signal_seconds, requeue=True))  # the time it names
     slurm.render(slurm.JobSpec(time="0", signal_seconds=600, requeue=True))  # 0: no time limit
+
+
+def test_a_preemption_warning_61_s_inside_the_limit_is_accepted():
+    slurm.render(slurm.JobSpec(time="00:05:00", signal_seconds=300 - 61, requeue=True))
+    with pytest.raises(TutorialError):
+        slurm.render(slurm.JobSpec(time="00:05:00", signal_seconds=300 - 60, requeue=True))
 
 
 def test_render_refuses_the_livelock_on_the_command_line(stand_in):

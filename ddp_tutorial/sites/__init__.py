@@ -27,8 +27,10 @@ import tomllib
 
 #: The variable naming the site: a name (``truba``: ``ddp_tutorial/sites/truba.toml``) or a TOML file's path.
 SITE_VARIABLE = "DDP_TUTORIAL_SITE"
-PARTITION_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_gb", "max_time", "min_cores",
-                    "min_gpus", "cores_per_gpu", "gpu_only", "constraints")
+PARTITION_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_gb", "mem_per_core_mb", "max_time",
+                    "min_cores", "min_gpus", "cores_per_gpu", "gpu_only", "constraints")
+#: The fields a CPU partition (``gpus_per_node = 0``) does not have.
+GPU_FIELDS = ("gpu", "min_gpus", "cores_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -53,14 +55,62 @@ class Partition:
     gpus_per_node: Optional[int] = None
     gpu: Optional[str] = None
     memory_gb: Optional[int] = None
+    mem_per_core_mb: Optional[int] = None   # DefMemPerCore: what a job without --mem gets per core
     max_time: Optional[str] = None
     min_cores: Optional[int] = None
     min_gpus: Optional[int] = None
     cores_per_gpu: Optional[int] = None
     gpu_only: bool = False
     constraints: Tuple[str, ...] = ()
-    sources: Dict[str, str] = field(default_factory=dict)
+    sources: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # field → its "path:line"s
     silent: Tuple[str, ...] = ()
+
+    def source_of(self, name: str) -> str:
+        """Where the guide states field ``name``: ``"path:line"`` (lines joined by ``, `` where the value
+        adds several up), ``""`` when the table gives no source."""
+        specs = self.sources.get(name, ())
+        if not specs:
+            return ""
+        path = specs[0].rpartition(":")[0]
+        if all(s.rpartition(":")[0] == path for s in specs):  # one file: path:42,52
+            return path + ":" + ",".join(s.rpartition(":")[2] for s in specs)
+        return ", ".join(specs)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One of a partition's rules that a job breaks: ``rule`` (``gpus_per_node``, ``nodes``,
+    ``cores_per_gpu``, ``cores_per_node``, ``min_cores``, ``gpu_only``, ``max_time``), the table's
+    ``limit``, what the job ``asked``, and the guide's ``source`` (``"path:line"``)."""
+
+    site: str
+    partition: str
+    rule: str
+    limit: object
+    asked: object
+    source: str
+
+    @property
+    def key(self) -> str:
+        """Its catalogue key (``site_rule.cores_per_gpu`` …): the rule, the table's value, the source, what to do."""
+        return f"site_rule.{self.rule}"
+
+    @property
+    def fields(self) -> dict:
+        return dict(partition=self.partition, limit=self.limit, asked=self.asked, site=self.site, source=self.source)
+
+    def text(self, lang: Optional[str] = None) -> str:
+        """"akya-cuda: at least 10 cores per GPU (TRUBA's guide, 2-temel_bilgiler/gpu.rst:46); this job asks 4. …"."""
+        from ..i18n import t
+        return t(self.key, lang, **self.fields)
+
+    def error(self):
+        """The :class:`~ddp_tutorial.i18n.TutorialError` that refuses the job in these words."""
+        from ..i18n import TutorialError
+        return TutorialError(self.key, **self.fields)
+
+    def __str__(self) -> str:
+        return self.text()
 
 
 @dataclass(frozen=True)
@@ -82,6 +132,44 @@ class Site:
         short = hostname.split(".")[0]
         return any(fnmatch.fnmatchcase(short, p) for p in self.login_patterns)
 
+    @property
+    def short_name(self) -> str:
+        """The name a message uses (``TRUBA``)."""
+        return self.raw.get("site", {}).get("short", self.name.upper())
+
+    def check_job(self, partition: str, *, nodes: int, gpus_per_node: int, cores_per_node: int,
+                  time: Optional[str] = None) -> List[Violation]:
+        """The rules of ``partition`` that a job of ``nodes`` × (``gpus_per_node`` GPUs, ``cores_per_node``
+        cores) for ``time`` (SLURM's ``--time``; ``None``: not checked) breaks, each with the table's value
+        and source; ``[]``: none (or a partition the table does not have). A rule the guide is silent on is
+        not checked."""
+        from ..slurm.rules import time_limit_seconds  # no import cycle at load: slurm.spec reads this module
+        p = self.partitions.get(partition)
+        if p is None:
+            return []
+        found: List[Violation] = []
+
+        def broken(rule: str, limit, asked, field_name: Optional[str] = None) -> None:
+            found.append(Violation(self.short_name, partition, rule, limit, asked, p.source_of(field_name or rule)))
+
+        if p.gpus_per_node is not None and gpus_per_node > p.gpus_per_node:
+            broken("gpus_per_node", p.gpus_per_node, gpus_per_node)
+        if p.nodes is not None and nodes > p.nodes:
+            broken("nodes", p.nodes, nodes)
+        if p.cores_per_node is not None and cores_per_node > p.cores_per_node:
+            broken("cores_per_node", p.cores_per_node, cores_per_node)
+        if p.gpu_only and gpus_per_node < 1:
+            broken("gpu_only", p.min_gpus or 1, gpus_per_node)
+        elif p.cores_per_gpu is not None and gpus_per_node > 0 and cores_per_node < p.cores_per_gpu * gpus_per_node:
+            broken("cores_per_gpu", p.cores_per_gpu, cores_per_node // gpus_per_node)
+        if p.min_cores is not None and nodes * cores_per_node < p.min_cores:
+            broken("min_cores", p.min_cores, nodes * cores_per_node)
+        if time is not None and p.max_time is not None:
+            asked = time_limit_seconds(time)
+            if asked == 0 or asked > time_limit_seconds(p.max_time):  # 0: no limit at all
+                broken("max_time", p.max_time, time)
+        return found
+
     def section(self, name: str) -> dict:
         return dict(self.raw.get(name, {}))
 
@@ -97,8 +185,8 @@ def _partition(name: str, table: dict) -> Partition:
     values = {k: table[k] for k in PARTITION_FIELDS if k in table}
     if "constraints" in values:
         values["constraints"] = tuple(values["constraints"])
-    return Partition(name=name, sources=dict(table.get("sources", {})), silent=tuple(table.get("silent", ())),
-                     **values)
+    sources = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in table.get("sources", {}).items()}
+    return Partition(name=name, sources=sources, silent=tuple(table.get("silent", ())), **values)
 
 
 def load_file(path: os.PathLike | str) -> Site:

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
+from .. import sites
 from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig, add_train_arguments, config_from_args
 from ..i18n import TutorialError, t, whole_number
 from ..validate import option_name
@@ -43,36 +44,43 @@ SCRIPT_TEMPLATES = ("per-gpu", "torchrun")
 @dataclass(frozen=True)
 class Profile:
     """What a partition's nodes offer: GPUs per node, the CPU cores that go with each GPU, and the cores
-    of a node (``gpus_per_node × cpus_per_gpu`` never exceeds them). (Which torch build the site's GPUs need
-    is :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
+    of a node (``gpus_per_node × cpus_per_gpu`` never exceeds them); ``site``: the site table
+    (:mod:`ddp_tutorial.sites`) it comes from. (Which torch build the site's GPUs need is
+    :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
 
     name: str
     partition: Optional[str]
     gpus_per_node: int
     cpus_per_gpu: int
-    description: str
+    description_key: str                 # the catalogue key of its one-line description
     gpu: Optional[str] = None            # GPU model and compute capability
     cores_per_node: Optional[int] = None  # None: not known (generic)
     checked: bool = False                # False: taken from the site's documentation, not from a node
+    site: Optional[str] = None           # the site table it is built from (None: generic)
+
+    @property
+    def description(self) -> str:
+        """One line in the user's language: "TRUBA akya-cuda: 4× NVIDIA V100 16 GB, 40 cores, 10 per GPU"."""
+        model = (self.gpu or "").split(",")[0]
+        return t(self.description_key, site=self.site.upper() if self.site else "", partition=self.partition,
+                 gpus=self.gpus_per_node, model=model, cores=self.cores_per_node, per_gpu=self.cpus_per_gpu)
 
 
-# TRUBA's guide (TRUBA-HPC/Belgeler, source/2-temel_bilgiler/hesaplama_kumeleri.rst): cores per node
-# (CPU column, 2 sockets: barbun-cuda/akya-cuda 20 × 2, palamut-cuda 64 × 2, kolyoz-cuda 32 × 2), GPUs per
-# node, and the partitions' "Min. Çekirdek" (cores per GPU); gpu.rst: cores to request per GPU. Read from
-# the documentation, not checked on a node (checked=False): `scontrol show partition` on the site tells.
+def site_profiles(site: "sites.Site") -> List[Profile]:
+    """A profile for each GPU partition of ``site``'s table, in the table's order: its GPUs per node, GPU
+    model, cores per node and cores per GPU as the guide states them (checked=False: `scontrol show
+    partition` on the site tells what SLURM enforces). A partition missing one of them has no profile."""
+    found = []
+    for p in site.partitions.values():
+        if p.gpus_per_node and p.cores_per_gpu and p.cores_per_node:
+            found.append(Profile(p.name, p.name, p.gpus_per_node, p.cores_per_gpu, "slurm.profile.site", gpu=p.gpu,
+                                 cores_per_node=p.cores_per_node, site=site.name))
+    return found
+
+
+#: ``generic``, then TRUBA's GPU partitions from its site table (ddp_tutorial/sites/truba.toml).
 PROFILES: Dict[str, Profile] = {
-    p.name: p
-    for p in (
-        Profile("generic", None, 0, 1, "any cluster: its default partition; CPU-only unless --gpus-per-node is given"),
-        Profile("barbun-cuda", "barbun-cuda", 2, 20, "TRUBA barbun-cuda: 2× NVIDIA P100, 40 cores, 20 per GPU",
-                gpu="P100, sm_60", cores_per_node=40),
-        Profile("akya-cuda", "akya-cuda", 4, 10, "TRUBA akya-cuda: 4× NVIDIA V100, 40 cores, 10 per GPU",
-                gpu="V100, sm_70", cores_per_node=40),
-        Profile("palamut-cuda", "palamut-cuda", 8, 16, "TRUBA palamut-cuda: 8× NVIDIA A100, 128 cores, 16 per GPU",
-                gpu="A100, sm_80", cores_per_node=128),
-        Profile("kolyoz-cuda", "kolyoz-cuda", 4, 16, "TRUBA kolyoz-cuda: 4× NVIDIA H100/H200, 64 cores, 16 per GPU",
-                gpu="H100/H200, sm_90", cores_per_node=64),
-    )
+    p.name: p for p in (Profile("generic", None, 0, 1, "slurm.profile.generic"), *site_profiles(sites.load("truba")))
 }
 
 
@@ -250,11 +258,13 @@ def _gpus_or_processes(spec: JobSpec) -> None:
 
 
 def _fits_the_node(spec: JobSpec) -> None:
-    """A node's tasks ask for no more cores than the node has (akya-cuda: 3 GPUs × 16 cores = 48 > 40)."""
+    """A node's tasks ask for no more cores than the node has (akya-cuda: 3 GPUs × 16 cores = 48 > 40),
+    and the job stays within its partition's written rules where a site table has them (T5-8)."""
     asked = spec.cpus_per_task * spec.tasks_per_node
     if spec.cores_per_node is not None and asked > spec.cores_per_node:
         raise TutorialError("slurm.too_many_cores", asked=asked, cores=spec.cores_per_node,
                             processes=spec.processes_per_node, per_process=spec.cpus_per_process)
+    _within_the_partition(spec)
 
 
 def _conda_with_env(spec: JobSpec) -> None:
@@ -275,11 +285,46 @@ def _training_or_script(spec: JobSpec) -> None:
         raise TutorialError("slurm.script_with_train_options", names=", ".join(given))
 
 
+#: SLURM may send ``--signal``'s warning up to this many seconds before the time it was asked for.
+SIGNAL_EARLY_SECONDS = 60
+
+
 def _signal_inside_the_limit(spec: JobSpec) -> None:
-    """SIGUSR1's warning comes before the time limit (at the start: checkpoint at step 0, requeue, for ever)."""
+    """SIGUSR1's warning comes before the time limit, with SLURM's 60 s of slack (P8): with ``time <=
+    signal + 60`` a run may be warned at its start, checkpoint at step 0 and requeue for ever."""
     limit = time_limit_seconds(spec.time)
-    if spec.signal_seconds is not None and limit and spec.signal_seconds >= limit:
-        raise TutorialError("slurm_limits.signal_ge_time", seconds=spec.signal_seconds, time=spec.time, limit=limit)
+    if spec.signal_seconds is not None and limit and limit <= spec.signal_seconds + SIGNAL_EARLY_SECONDS:
+        minutes = -(-(spec.signal_seconds + SIGNAL_EARLY_SECONDS + 1) // 60)  # the smallest whole minutes above
+        smallest = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+        raise TutorialError("slurm_limits.signal_ge_time", seconds=spec.signal_seconds, time=spec.time, limit=limit,
+                            early=SIGNAL_EARLY_SECONDS, smallest=smallest)
+
+
+def site_of(spec: JobSpec) -> Optional["sites.Site"]:
+    """The site table whose rules ``spec``'s partition follows: ``$DDP_TUTORIAL_SITE``'s, else the site of
+    the profile for that partition (akya-cuda → TRUBA); ``None``: no partition, or none a table knows."""
+    if spec.partition is None:
+        return None
+    site = sites.current()
+    if site is not None:
+        return site if spec.partition in site.partitions else None
+    profile = next((p for p in PROFILES.values() if p.site and p.partition == spec.partition), None)
+    return sites.load(profile.site) if profile else None
+
+
+def _within_the_partition(spec: JobSpec) -> None:
+    """A job the site's written rules refuse is refused here, in the table's words (T5-8): more GPUs or
+    nodes than the partition has, fewer cores per GPU or per job than its minimum, no GPU on a GPU-only
+    partition, a time over its limit. The first broken rule is said (:meth:`~ddp_tutorial.sites.Site.check_job`
+    lists them all)."""
+    site = site_of(spec)
+    if site is None:
+        return
+    cores = spec.cpus_per_task * spec.tasks_per_node
+    broken = site.check_job(spec.partition, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+                            cores_per_node=cores, time=spec.time)
+    if broken:
+        raise broken[0].error()
 
 
 def _training_options(spec: JobSpec) -> None:
