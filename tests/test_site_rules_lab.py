@@ -188,3 +188,20 @@ def test_lab_and_the_tables_check_agree(truba_lab):
                         if refused != bool(broken):
                             disagree.append((args, "lab refuses" if refused else "lab accepts", broken))
     assert not disagree, "\n".join(map(str, disagree))
+
+
+@pytest.mark.slurm
+def test_a_lab_whose_rules_cannot_load_does_not_start(monkeypatch):
+    """slurmctld ends on a job_submit.lua it cannot load; the lab says so with its log, at once (never a lab
+    without its rules, never a client's timeout)."""
+    import time
+
+    from slurmlab import LabError, SlurmLab
+
+    monkeypatch.setattr(job_submit, "lua", lambda *args, **kwargs: "this is not lua (\n")
+    lab = SlurmLab(site="truba")
+    t0 = time.monotonic()
+    with pytest.raises(LabError) as caught:
+        lab.start(timeout=60)
+    assert "slurmctld exited" in str(caught.value) and "job_submit" in str(caught.value)
+    assert time.monotonic() - t0 < 15 and not lab.path().exists()

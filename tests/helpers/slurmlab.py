@@ -418,18 +418,22 @@ GresTypes=gpu
     def _wait_for(self, ok, timeout: float, what: str, *watch: str) -> None:
         deadline = time.monotonic() + max(timeout, 1)
         while time.monotonic() < deadline:
-            if ok():
-                return
+            # a daemon that died (slurmctld on a job_submit.lua it cannot load) ends the wait with its log
             for key in watch:
                 code = self.procs[key].poll()
                 if code is not None:
                     raise LabError(f"{key} exited with {code} while waiting for {what}:\n{self.log_tail()}")
+            try:
+                if ok():
+                    return
+            except subprocess.TimeoutExpired:
+                pass
             time.sleep(0.2)
         raise LabError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.log_tail()}")
 
     def _wait_idle(self, timeout: float) -> None:
         def idle() -> bool:
-            proc = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=15)
+            proc = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=2)  # retried
             if proc.returncode != 0:
                 return False
             states = dict(line.split() for line in proc.stdout.splitlines() if line.strip())
@@ -498,12 +502,15 @@ GresTypes=gpu
                     time.sleep(0.5)
             except (subprocess.TimeoutExpired, OSError):
                 pass
-        # slurmd first: a slurmd whose controller is gone ignores SIGTERM.
-        order = [k for k in self.procs if k.startswith("slurmd")] + ["slurmctld", "munged"]
-        for key in order:
+        # slurmd first, all at once: a slurmd whose controller is gone ignores SIGTERM (then it gets 1 s
+        # before SIGKILL, not the full grace).
+        ctl_alive = ctl is not None and ctl.poll() is None
+        _terminate_all([p for k, p in self.procs.items() if k.startswith("slurmd")],
+                       KILL_GRACE_S if ctl_alive else 1.0)
+        for key in ("slurmctld", "munged"):
             proc = self.procs.get(key)
             if proc is not None:
-                _terminate(proc)
+                _terminate_all([proc])
         # Anything else still living in our namespaces (job steps, slurmstepd).
         for ns in list(self._netns_made):
             _kill_netns_pids(ns)
@@ -530,17 +537,24 @@ def _which(name: str) -> str:
     raise LabError(f"{name} not found")
 
 
-def _terminate(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-    except ProcessLookupError:
-        pass
+def _terminate_all(procs: Sequence[subprocess.Popen], grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM to each of ``procs`` at once, SIGKILL to those still living ``grace`` seconds later."""
+    living = [p for p in procs if p.poll() is None]
+    for proc in living:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in living):
+        time.sleep(0.1)
+    for proc in living:
+        if proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _kill_netns_pids(ns: str) -> None:
