@@ -27,7 +27,9 @@ with 40 cores; the table's memory as RealMemory; its partition's name as a node 
 table's ``MaxTime``; a ``job_submit.lua`` (``tests/helpers/job_submit.py``) that refuses, in the guide's
 words, what the table forbids; and a login node named as the site's (``arf-ui1``) for
 :meth:`SlurmLab.login_command`. Each lab has its own namespaces, munge socket and directory, so a site lab
-and the default lab run side by side.
+and the default lab run side by side. A ``job_submit.lua`` that slurmctld cannot load ends the start with a
+:class:`LabError` (slurmctld exits): a site lab never runs without its rules. ``python
+tests/helpers/slurmlab.py truba`` starts one, shows it and stops it.
 
 Client commands (``sbatch``, ``squeue`` …) run from the root namespace through
 small wrapper scripts in ``<lab>/bin`` that enter the hub's network namespace;
