@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ddp_tutorial import sites
+
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "ondemand" / "ddp_tutorial"
 HELPERS = REPO / "tests" / "helpers"
@@ -88,22 +90,41 @@ def test_every_way_runs_the_one_start_script():
     assert "--gres=gpu:2" in sbatch_options(2, "ws") and "--reservation=ws" in sbatch_options(2, "ws")
 
 
+BASHRC = REPO / "ondemand" / "truba" / "bashrc.sh"
+SHOW = ('echo "$DDP_TUTORIAL_VENV|$DDP_TUTORIAL_ROOT|$DDP_TUTORIAL_LANG|$(command -v jupyter)|'
+        '$DDP_TUTORIAL_SLURM_PROFILE|$DDP_TUTORIAL_SLURM_GPUS|$DDP_TUTORIAL_SLURM_ACCOUNT|'
+        '$DDP_TUTORIAL_SLURM_RESERVATION|$CONTAINER_JUPYTER|$(env | grep -c ^SBATCH_)"')
+
+
+def filled(block: str, **values) -> str:
+    """The ~/.bashrc block with its INSTRUCTOR lines (and DDP_CHECKOUT, DDP_WORK) given ``values``."""
+    for name, value in values.items():
+        block, n = re.subn(rf"^{name}=\S+", f"{name}={value}", block, flags=re.M)
+        assert n == 1, f"the block has no line {name}="
+    return block
+
+
 def test_the_custom_app_bashrc_block(tmp_path):
-    """TRUBA's *Custom* app: the ~/.bashrc block exports the class environment, data root and
-    language inside a job only, and makes the workshop copy."""
-    block = (REPO / "ondemand" / "truba" / "bashrc.sh").read_text()
+    """TRUBA's *Custom* app: the ~/.bashrc block exports the class environment, data root, language and
+    05's class shape (profile, 1 GPU per node, account, reservation: T5-2) inside a job only, only as
+    DDP_TUTORIAL_* (never SBATCH_*, which redirect every later sbatch: T5-12), and makes the workshop copy."""
     venv = REPO / ".venv"
-    block = (block.replace("DDP_CLASS_VENV=/arf/home/INSTRUCTOR/ddp/venv", f"DDP_CLASS_VENV={venv}")
-             .replace("DDP_CHECKOUT=$HOME/ddp-tutorial", f"DDP_CHECKOUT={REPO}")
-             .replace("DDP_WORK=$HOME/ddp-tutorial/workshop", f"DDP_WORK={tmp_path / 'workshop'}"))
-    show = 'echo "$DDP_TUTORIAL_VENV|$DDP_TUTORIAL_ROOT|$DDP_TUTORIAL_LANG|$(command -v jupyter)"'
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_"))}
+    block = filled(BASHRC.read_text(), DDP_CLASS_UNTIL="2999-12-31", DDP_CLASS_VENV=venv,
+                   DDP_CLASS_DATA="/class/data", DDP_CLASS_ACCOUNT="ws-acct", DDP_CLASS_RESERVATION="ws05",
+                   DDP_CHECKOUT=REPO, DDP_WORK=tmp_path / "workshop")
+    show = SHOW
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_", "SBATCH_"))}
     outside = subprocess.run(["bash", "-c", block + "\n" + show], capture_output=True, text=True,
-                             env=dict(env, HOME=str(tmp_path)), check=True).stdout
-    assert outside.startswith("||"), outside  # a login shell outside a job: nothing changes
+                             env=dict(env, HOME=str(tmp_path)), check=True)
+    assert outside.stdout.startswith("|||||||||0"), outside.stdout  # a login shell outside a job: nothing
+    assert outside.stderr == "", outside.stderr
     inside = subprocess.run(["bash", "-c", block + "\n" + show], capture_output=True, text=True,
-                            env=dict(env, HOME=str(tmp_path), SLURM_JOB_ID="7"), check=True).stdout
-    assert inside.strip() == f"{venv}|{tmp_path}/ddp-data|tr|{venv}/bin/jupyter", inside
+                            env=dict(env, HOME=str(tmp_path), SLURM_JOB_ID="7"), check=True)
+    assert inside.stdout.strip() == (f"{venv}|/class/data|tr|{venv}/bin/jupyter|akya-cuda|1|ws-acct|ws05|"
+                                     "|0"), inside.stdout   # the image's line left to fill: the venv is used
+    assert inside.stderr == "", inside.stderr
+    code = [line for line in BASHRC.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "SBATCH_" in line], "the block sets an SBATCH_ variable"
     assert sorted(p.name for p in (tmp_path / "workshop" / "tr").iterdir()) == sorted(
         p.name for p in (REPO / "notebooks" / "tr").glob("*.ipynb"))
     # What goes wrong is said (review OD03, OD04), and nothing is left half made.
@@ -120,6 +141,127 @@ def test_the_custom_app_bashrc_block(tmp_path):
     code = [re.sub(r"\s+# .*$", "", line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
     for page in ("ondemand.md", "ondemand.tr.md"):  # the pages show exactly this block
         assert "\n".join(code) in (REPO / "docs" / page).read_text(), f"docs/{page} shows another ~/.bashrc block"
+
+
+def _block(tmp_path: Path, block: str, *, job: bool = True, interactive: bool = False, before: str = "") -> tuple:
+    """The block as ~/.bashrc runs it (in a job or not; ``before``: shell lines before it, e.g. a ``module``
+    function): the DDP_TUTORIAL_* values it left (SHOW), and its own lines on stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SLURM_", "SBATCH_"))}
+    env.update(HOME=str(tmp_path), **({"SLURM_JOB_ID": "7"} if job else {}))
+    proc = subprocess.run(["bash", *(["-i"] if interactive else []), "-c", before + "\n" + block + "\n" + SHOW],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), [line for line in proc.stderr.splitlines() if line.startswith("!! ddp-tutorial")]
+
+
+def test_the_bashrc_block_holds_for_the_class_day_only(tmp_path):
+    """T5-12: what the kit put into ~/.bashrc outlived the day (every later sbatch redirected, or refused once
+    the reservation ended). After DDP_CLASS_UNTIL the block sets nothing and says, in a job and in an
+    interactive shell, to delete it; a shell that is not interactive (scp, rsync) hears nothing."""
+    block = filled(BASHRC.read_text(), DDP_CLASS_VENV=REPO / ".venv", DDP_CLASS_DATA="/class/data",
+                   DDP_CLASS_ACCOUNT="ws-acct", DDP_CLASS_RESERVATION="ws05", DDP_CHECKOUT=REPO,
+                   DDP_WORK=tmp_path / "workshop")
+    over = filled(block, DDP_CLASS_UNTIL="2000-01-31")
+    said = ("the ddp-tutorial block of ~/.bashrc is for a day that is over (2000-01-31): delete it "
+            "(between the >>> and <<< lines)")
+    for job, interactive in ((True, False), (False, True)):
+        shown, lines = _block(tmp_path, over, job=job, interactive=interactive)
+        assert shown.startswith("|||||||||0"), shown
+        assert len(lines) == 1 and said in lines[0] and "silin (>>> ve <<< satırları arası)" in lines[0], lines
+    assert _block(tmp_path, over, job=False) == ("|||||||||0", [])
+    assert not (tmp_path / "workshop").exists()
+    today = filled(block, DDP_CLASS_UNTIL=time.strftime("%Y-%m-%d"))   # the last day itself still holds
+    assert _block(tmp_path, today)[0].startswith(f"{REPO / '.venv'}|/class/data|tr|")
+    shown, lines = _block(tmp_path, block)   # the date left as it came: YYYY-MM-DD
+    assert shown.startswith("|||||||||0") and len(lines) == 1 and "DDP_CLASS_UNTIL=YYYY-MM-DD" in lines[0], lines
+    assert "is no date (YYYY-MM-DD)" in lines[0]
+
+
+def test_the_bashrc_block_names_what_the_instructor_left_to_fill(tmp_path):
+    """T5-2: a value left as INSTRUCTOR is said in one line and not set (05 then shows "account: — (your
+    default)" rather than asking sbatch for an account named INSTRUCTOR); the rest is set."""
+    block = filled(BASHRC.read_text(), DDP_CLASS_UNTIL="2999-12-31", DDP_CLASS_VENV=REPO / ".venv",
+                   DDP_CHECKOUT=REPO, DDP_WORK=tmp_path / "workshop")
+    shown, lines = _block(tmp_path, block)
+    assert shown == f"{REPO / '.venv'}||tr|{REPO / '.venv'}/bin/jupyter|akya-cuda|1||||0", shown
+    assert len(lines) == 1 and "still has INSTRUCTOR values: DDP_CLASS_DATA DDP_CLASS_ACCOUNT DDP_CLASS_RESERVATION" \
+        in lines[0] and "eğitmenin doldurmadığı değerler var" in lines[0], lines
+
+
+MODULE = """module() {  # a stand-in for Lmod's module: one Python module exists
+  [ "$1" = load ] || return 1
+  if [ "$2" = comp/python/3.12.2 ]; then export LOADED=$2; return 0; fi
+  printf '\\nLmod has detected the following error:  The following module(s) are unknown: "%s"\\n' "$2" >&2
+  return 1
+}"""
+
+
+def test_the_bashrc_block_loads_the_python_module_the_environment_was_built_with(tmp_path):
+    """T5-17: the block loaded a hard-coded comp/python/3.12.0 and hid any failure (>/dev/null 2>&1). It loads
+    what setup.sh --prefix recorded in DIR/ddp-tutorial.module, and a module that does not load is one line."""
+    venv = tmp_path / "class-env"
+    (venv / "bin").mkdir(parents=True)
+    block = filled(BASHRC.read_text(), DDP_CLASS_UNTIL="2999-12-31", DDP_CLASS_VENV=venv, DDP_CLASS_DATA="/d",
+                   DDP_CLASS_ACCOUNT="a", DDP_CLASS_RESERVATION="r", DDP_CHECKOUT=REPO, DDP_WORK=tmp_path / "w")
+    for recorded, loaded, said in (("comp/python/3.12.2\n", "comp/python/3.12.2", None),
+                                   ("comp/python/3.12.0\n", "", "module load comp/python/3.12.0 failed"),
+                                   ("", "", None)):
+        (venv / "ddp-tutorial.module").write_text(recorded)
+        shown, lines = _block(tmp_path, block + '\necho "loaded:${LOADED:-}"', before=MODULE)
+        assert f"loaded:{loaded}" in shown.splitlines()[0], shown
+        assert shown.splitlines()[1].startswith(f"{venv}|/d|tr|"), shown   # the environment is set either way
+        if said:
+            assert len(lines) == 1 and said in lines[0] and "module(s) are unknown" in lines[0], lines
+        else:
+            assert lines == [], lines
+
+
+SERVES_ONCE = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+options = dict(a[2:].split("=", 1) for a in sys.argv[2:] if a.startswith("--") and "=" in a)
+class Ready(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+server = HTTPServer((options["ip"], int(options["port"])), Ready)
+server.timeout = 30
+server.handle_request()   # lab_job.sh's readiness check, then the "server" ends
+"""
+
+
+def test_lab_job_names_the_sites_login_address_and_a_session_in_the_reservation(tmp_path):
+    """T5-20: the tunnel line said USER@arf-ui1, a name a laptop on the VPN may not resolve; with the site known
+    (the submit host is one of its login nodes, or DDP_TUTORIAL_SITE) it is the table's documented address.
+    P3: a session sent into the class's GPU reservation (an old SBATCH_RESERVATION export, or the job's
+    reservation is DDP_TUTORIAL_SLURM_RESERVATION) is said in the log, in one line."""
+    venv = _stand_in_venv(tmp_path, SERVES_ONCE)
+    address = sites.load("truba").section("login")["address"]
+    cases = [({"SLURM_SUBMIT_HOST": "arf-ui1", "SBATCH_RESERVATION": "ws05"}, address, "ws05"),
+             ({"SLURM_SUBMIT_HOST": "n9", "DDP_TUTORIAL_SITE": "truba", "SLURM_JOB_RESERVATION": "cpu-day",
+               "DDP_TUTORIAL_SLURM_RESERVATION": "ws05"}, address, None),
+             ({"SLURM_SUBMIT_HOST": "login7", "SLURM_JOB_RESERVATION": "ws05",
+               "DDP_TUTORIAL_SLURM_RESERVATION": "ws05"}, "login7", "ws05"),
+             ({"SLURM_SUBMIT_HOST": "arf-ui1", "DDP_TUTORIAL_LOGIN_HOST": "gw.example", "DDP_TUTORIAL_LANG": "tr"},
+              "gw.example", None)]
+    for more, login, reservation in cases:
+        env = _lab_env(tmp_path, DDP_TUTORIAL_VENV=str(venv), **more)
+        try:
+            proc = _lab_job(env)
+        finally:
+            for p in Path(env["DDP_TUTORIAL_WORK"]).parent.glob(Path(env["DDP_TUTORIAL_WORK"]).name + "*"):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        tunnel = re.search(r"== (?:tunnel, from your own computer|tünel, kendi bilgisayarınızdan): "
+                           r"ssh -N -L (\d+):(\S+):\1 (\S+)@(\S+)$", proc.stdout, re.M)
+        assert tunnel and tunnel.group(4) == login, (more, proc.stdout)
+        warned = [line for line in proc.stderr.splitlines() if "reservation" in line or "rezervasyon" in line]
+        if reservation:
+            assert len(warned) == 1 and f"this session runs in reservation {reservation}" in warned[0], proc.stderr
+            assert "unset SBATCH_RESERVATION" in warned[0] and "sbatch slurm/lab.sbatch" in warned[0]
+        else:
+            assert warned == [], proc.stderr
 
 
 def test_the_reservation_field_is_a_name_only():
