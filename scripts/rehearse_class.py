@@ -44,7 +44,9 @@ def verdict(numbers: dict) -> list:
             wrong.append(f"05 job {job_id} of {job['user']}: {job['state']}, accuracy line {line}")
     if len(numbers["fifth_jobs"]) != numbers["attendees"]:
         wrong.append(f"{len(numbers['fifth_jobs'])} 05 jobs for {numbers['attendees']} attendees")
-    wrong += [f"port {where} held by users {users}" for where, users in numbers["port_collisions"].items()]
+    wrong += [f"port {where} held at one moment by {', '.join(held)} (uid:command)"
+              for where, held in numbers["port_collisions"].items()]
+    wrong += [f"on the login node: {work} (uid:command)" for work in numbers["login_work"]]
     wrong += [f"left: process {p}" for p in numbers["processes_left"]]
     wrong += [f"left: job {j}" for j in numbers["jobs_left"]]
     return wrong

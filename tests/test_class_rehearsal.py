@@ -15,8 +15,9 @@ rule) and their own clone of this checkout, all at once on a SLURM lab in TRUBA'
 
 Asserted: no job refused (sbatch's exit code, ``--test-only`` included), each session on ``debug`` outside
 the reservation (P3), each 05 job COMPLETED in the reservation with its accuracy line in its owner's
-language, no (node, port) held by two users (``ss -ltnp`` in every node's namespace and the login node's,
-every second), and after the end of day no process of those users anywhere and no job of theirs. The
+language, no (node, port) held by two users at one moment (``ss -ltnp`` in every node's namespace and the
+login node's, every second), nothing of the class but SLURM clients and their shell on the login node
+(T5-1), and after the end of day no process of those users anywhere and no job of theirs. The
 numbers (session start, drain from the first 05 submit to the last end, waits, ports) are printed
 (``pytest -s``) and written to tests/artifacts/class-rehearsal-N.json.
 
@@ -97,6 +98,7 @@ def test_a_class_of_four_on_the_site_shaped_lab(request):
 
     assert numbers["port_pairs"] >= ATTENDEES, f"the sampler saw {numbers['port_pairs']} listeners: it proved nothing"
     assert not numbers["port_collisions"], numbers["port_collisions"]
+    assert not numbers["login_work"], f"more than SLURM clients on the login node: {numbers['login_work']}"
     assert numbers["processes_before_end"] >= ATTENDEES, "no session process before the end of day: proved nothing"
     assert not numbers["processes_left"], numbers["processes_left"]
     assert not numbers["jobs_left"], numbers["jobs_left"]

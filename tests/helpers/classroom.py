@@ -300,14 +300,25 @@ class Classroom:
 
 
 # ---------------------------------------------------------------------- ports
-class PortSampler:
-    """Every ``every`` seconds, ``ss -Hltnp`` in each namespace: which users hold which (node, port)."""
+#: What an attendee runs on the login node: the shell, the SLURM clients, the way in (setpriv, env, unshare).
+LOGIN_COMMANDS = frozenset({"bash", "sh", "env", "setpriv", "unshare", "nsenter",
+                            "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo"})
 
-    SS_USER = re.compile(r"pid=(\d+)")
+
+class PortSampler:
+    """Every ``every`` seconds, ``ss -Hltnp`` in each node's namespace and the login node's: which users
+    hold which (node, port) at that moment. Two users on one (node, port) in the same sample is a
+    collision; one port held by one user and later by another (an ephemeral port used again) is counted
+    apart, as ``reused``. Each sample also lists the class's processes on the login node that are not
+    SLURM clients or a shell (``login_work``: nothing of the class computes there, T5-1)."""
+
+    SS_USER = re.compile(r'\("([^"]*)",pid=(\d+)')
 
     def __init__(self, lab: SlurmLab, uids: Set[int], every: float = 1.0):
         self.lab, self.uids, self.every = lab, uids, every
-        self.owners: Dict[Tuple[str, str], Set[int]] = {}
+        self.owners: Dict[Tuple[str, str], Set[str]] = {}      # (node, port) → {"uid:command"} over the day
+        self.together: Dict[Tuple[str, str], Set[str]] = {}    # (node, port) → users in one same sample
+        self.login_work: Set[str] = set()
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -320,32 +331,60 @@ class PortSampler:
         self._stop.set()
         self._thread.join(30)
 
+    def _sample_ports(self, node: str, ns: str) -> None:
+        try:
+            out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "ss", "-Hltnp"],
+                                 capture_output=True, text=True, timeout=20).stdout
+        except (subprocess.TimeoutExpired, OSError):
+            return
+        now: Dict[Tuple[str, str], Set[str]] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 4:
+                continue
+            port = parts[3].rsplit(":", 1)[-1]
+            for command, pid in self.SS_USER.findall(line):
+                try:
+                    uid = Path(f"/proc/{pid}").stat().st_uid
+                except OSError:
+                    continue
+                if uid in self.uids:
+                    now.setdefault((node, port), set()).add(f"{uid}:{command}")
+        for key, holders in now.items():
+            self.owners.setdefault(key, set()).update(holders)
+            if len({h.split(":")[0] for h in holders}) > 1:
+                self.together.setdefault(key, set()).update(holders)
+
+    def _sample_login(self, login_net: str) -> None:
+        for pid in user_processes(self.uids):
+            try:
+                if os.readlink(f"/proc/{pid}/ns/net") != login_net:
+                    continue
+                command = Path(f"/proc/{pid}/comm").read_text().strip()
+                uid = Path(f"/proc/{pid}").stat().st_uid
+            except OSError:
+                continue
+            if command not in LOGIN_COMMANDS:
+                self.login_work.add(f"{uid}:{command}")
+
     def _run(self) -> None:
         namespaces = {"login": self.lab.hub_ns, **self.lab.node_ns}
+        login_net = f"net:[{os.stat(f'/run/netns/{self.lab.hub_ns}').st_ino}]"
         while not self._stop.is_set():
             for node, ns in namespaces.items():
-                try:
-                    out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "ss", "-Hltnp"],
-                                         capture_output=True, text=True, timeout=20).stdout
-                except (subprocess.TimeoutExpired, OSError):
-                    continue
-                for line in out.splitlines():
-                    parts = line.split()
-                    if len(parts) < 4:
-                        continue
-                    port = parts[3].rsplit(":", 1)[-1]
-                    for pid in self.SS_USER.findall(line):
-                        try:
-                            uid = Path(f"/proc/{pid}").stat().st_uid
-                        except OSError:
-                            continue
-                        if uid in self.uids:
-                            self.owners.setdefault((node, port), set()).add(uid)
+                self._sample_ports(node, ns)
+            self._sample_login(login_net)
             self.samples += 1
             self._stop.wait(self.every)
 
-    def collisions(self) -> Dict[Tuple[str, str], Set[int]]:
-        return {key: users for key, users in self.owners.items() if len(users) > 1}
+    def collisions(self) -> Dict[str, List[str]]:
+        """(node, port) held by two users at one moment."""
+        return {f"{node}:{port}": sorted(held) for (node, port), held in self.together.items()}
+
+    def reused(self) -> Dict[str, List[str]]:
+        """(node, port) held by two users one after the other (never at one moment)."""
+        return {f"{node}:{port}": sorted(held) for (node, port), held in self.owners.items()
+                if len({h.split(":")[0] for h in held}) > 1 and (node, port) not in self.together}
 
 
 # ---------------------------------------------------------------------- 05's job, inside a session
@@ -559,11 +598,15 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
                             .stdout.splitlines() if line.split()[1:2] and line.split()[1] in names]
     numbers["port_pairs"] = len(ports.owners)
     numbers["port_samples"] = ports.samples
-    numbers["port_collisions"] = {f"{node}:{port}": sorted(users) for (node, port), users in ports.collisions().items()}
+    numbers["port_collisions"] = ports.collisions()
+    numbers["ports_reused"] = ports.reused()
+    numbers["login_work"] = sorted(ports.login_work)
     say(f"end of day: {numbers['jobs_listed_at_end']} job(s) cancelled by their owners; "
         f"{len(numbers['processes_left'])} process(es), {len(numbers['jobs_left'])} job(s) left after "
         f"{numbers['end_of_day_s']} s; {numbers['port_pairs']} (node, port) pairs in {ports.samples} samples, "
-        f"{len(numbers['port_collisions'])} held by two users")
+        f"{len(numbers['port_collisions'])} held by two users at once ({len(numbers['ports_reused'])} used again by "
+        f"another user later); class processes on the login node other than SLURM clients: "
+        f"{', '.join(numbers['login_work']) or 'none'}")
     return numbers
 
 
