@@ -69,9 +69,10 @@ if [ "$login_ok" != 1 ]; then
   host=$(hostname 2>/dev/null || uname -n)
   table=$(site_login_match "$host" "$(site_login_table "${DDP_TUTORIAL_SITE:-}" "")")
   if [ -n "$table" ]; then
-    login_site=$(basename "$table" .toml)
-    say "!! lab.sh: burası $login_site sitesinin bir giriş düğümü ($host): JupyterLab ve motorları burada çalıştırılmaz (merkez, giriş düğümüne yük bindiren hesabı askıya alır). Bir hesaplama düğümünde başlatın: sbatch slurm/lab.sbatch (günün ayarlarıyla; sonra cat lab-İŞNO.out) ya da OnDemand uygulaması. Kendi bilgisayarınızdaysanız: bash scripts/lab.sh $lang --login-ok" \
-        "!! lab.sh: this is a login node of $login_site ($host): JupyterLab and its engines must not run here (the site suspends accounts that load a login node). Start it on a compute node: sbatch slurm/lab.sbatch (the day's settings; then cat lab-JOBID.out), or the OnDemand app. On your own computer: bash scripts/lab.sh $lang --login-ok" >&2
+    login_site=$(site_login_value "$table" title site)
+    login_site=${login_site:-$(basename "$table" .toml)}
+    say "!! lab.sh: burası $host, $login_site giriş düğümlerinden biri: JupyterLab ve motorları burada çalıştırılmaz (giriş düğümünde iş çalıştıran hesap otomatik olarak askıya alınır). Bir hesaplama düğümünde başlatın: sbatch slurm/lab.sbatch (günün ayarlarıyla; sonra cat lab-İŞNO.out) ya da OnDemand uygulaması. Kendi bilgisayarınızdaysanız: bash scripts/lab.sh $lang --login-ok" \
+        "!! lab.sh: this is $host, a login node of $login_site: JupyterLab and its engines must not run here (an account that runs jobs on a login node is suspended automatically). Start it on a compute node: sbatch slurm/lab.sbatch (the day's settings; then cat lab-JOBID.out), or the OnDemand app. On your own computer: bash scripts/lab.sh $lang --login-ok" >&2
     exit 2
   elif command -v sbatch >/dev/null 2>&1 && [ -z "${SLURM_JOB_ID:-}" ]; then
     say "!! lab.sh: bu makinede sbatch var ve bu kabuk bir SLURM işinin içinde değil (SLURM_JOB_ID yok): burası bir kümenin giriş düğümüyse JupyterLab ve motorları burada çalıştırılmaz. Bir işte başlatın: sbatch -p KUYRUK -c 4 -t 03:00:00 slurm/lab.sbatch ya da OnDemand uygulaması. Kendi bilgisayarınızdaysanız: bash scripts/lab.sh $lang --login-ok" \

@@ -4,15 +4,16 @@
 # one-line values only; tests/test_login_guard.py checks that what it reads equals what
 # ddp_tutorial.sites reads from every shipped table.
 #
-#   site_login_value FILE KEY    # the [login] table's KEY: a string, or an array's items, one a line
+#   site_login_value FILE KEY [TABLE]  # the [login] table's (or TABLE's) KEY: a string, or an array's
+#                                      # items, one a line
 #   site_login_table NAME HOST   # the table of site NAME (a name or a TOML file's path), or else of the
 #                                # site whose login names match HOST; prints its path, or nothing
 #   site_login_host FILE HOST    # succeeds when HOST (short or full name) is one of FILE's login nodes
 #   site_login_match HOST [FILE] # the first table (FILE, then the shipped ones) whose login nodes name HOST
 
 site_login_value() {
-  awk -v key="$2" '
-    /^[[:space:]]*\[/ { inside = ($0 ~ /^[[:space:]]*\[login\][[:space:]]*(#.*)?$/); next }
+  awk -v key="$2" -v table="${3:-login}" '
+    /^[[:space:]]*\[/ { inside = ($0 ~ "^[[:space:]]*\\[" table "\\][[:space:]]*(#.*)?$"); next }
     inside && $0 ~ "^[[:space:]]*" key "[[:space:]]*=" {
       value = $0
       sub(/^[^=]*=[[:space:]]*/, "", value)

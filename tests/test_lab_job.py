@@ -73,19 +73,25 @@ def test_every_way_runs_the_one_start_script():
     sbatch_text = (REPO / "slurm" / "lab.sbatch").read_text()
     assert 'start=${DDP_TUTORIAL_CHECKOUT:-$SLURM_SUBMIT_DIR}/scripts/lab_job.sh' in sbatch_text
     assert sbatch_text.rstrip().endswith('exec bash "$start"')
-    script = render(APP / "template" / "script.sh.erb", {
-        "ddp_lang": "tr", "ddp_profile": "akya-cuda", "ddp_venv": "~/class env", "ddp_root": "",
-        "ddp_checkout": "/x/it's here"})
-    assert script.rstrip().endswith('exec bash "$checkout/scripts/lab_job.sh"')
-    out = subprocess.run(["bash", "-c", script.replace('exec bash "$checkout/scripts/lab_job.sh"',
-                                                       'echo "$checkout|$DDP_TUTORIAL_VENV|${DDP_TUTORIAL_ROOT-unset}|'
-                                                       '$DDP_TUTORIAL_LANG|$DDP_TUTORIAL_SLURM_PROFILE"')],
-                         capture_output=True, text=True, env=dict(os.environ, HOME="/home/u"), check=True).stdout
-    assert out.strip() == "/x/it's here|/home/u/class env|unset|tr|akya-cuda"
+    shown = ('echo "$checkout|$DDP_TUTORIAL_VENV|${DDP_TUTORIAL_ROOT-unset}|$DDP_TUTORIAL_LANG|'
+             '$DDP_TUTORIAL_SLURM_PROFILE|${DDP_TUTORIAL_SLURM_ACCOUNT-unset}|${DDP_TUTORIAL_SLURM_RESERVATION-unset}|'
+             '${DDP_TUTORIAL_SLURM_GPUS-unset}|$(env | grep -c ^SBATCH_)"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TUTORIAL_", "SBATCH_"))}
+    for job, want in (({"bc_account": " ws-acct ", "ddp_job_reservation": "ws05", "ddp_job_gpus": "1"},
+                       "ws-acct|ws05|1|0"),
+                      ({"bc_account": "", "ddp_job_reservation": "", "ddp_job_gpus": ""}, "unset|unset|unset|0")):
+        script = render(APP / "template" / "script.sh.erb", {
+            "ddp_lang": "tr", "ddp_profile": "akya-cuda", "ddp_venv": "~/class env", "ddp_root": "",
+            "ddp_checkout": "/x/it's here", **job})
+        assert script.rstrip().endswith('exec bash "$checkout/scripts/lab_job.sh"')
+        out = subprocess.run(["bash", "-c", script.replace('exec bash "$checkout/scripts/lab_job.sh"', shown)],
+                             capture_output=True, text=True, env=dict(env, HOME="/home/u"), check=True).stdout
+        assert out.strip() == f"/x/it's here|/home/u/class env|unset|tr|akya-cuda|{want}", out
     form = yaml.safe_load((APP / "form.yml").read_text())
     assert [o[1] for o in form["attributes"]["ddp_gpus"]["options"]] == ["0", "1", "2"]
     assert {"bc_num_hours", "bc_queue", "bc_account", "ddp_lang", "ddp_venv", "ddp_root",
-            "ddp_profile", "ddp_reservation"} <= set(form["form"])
+            "ddp_profile", "ddp_reservation", "ddp_job_reservation", "ddp_job_gpus"} <= set(form["form"])
+    assert set(form["form"]) == set(form["attributes"])   # every field shown has its settings, and no other
     assert not any(o.startswith("--gres") for o in sbatch_options(0))
     assert "--gres=gpu:2" in sbatch_options(2, "ws") and "--reservation=ws" in sbatch_options(2, "ws")
 
@@ -722,7 +728,7 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
     script = tmp_path / "script.sh"
     script.write_text(render(APP / "template" / "script.sh.erb", {
         "ddp_lang": "en", "ddp_profile": "generic", "ddp_venv": str(REPO / ".venv"), "ddp_root": data_root,
-        "ddp_checkout": str(REPO)}))
+        "ddp_checkout": str(REPO), "bc_account": "", "ddp_job_reservation": "", "ddp_job_gpus": "1"}))
     work = REPO / "workshop" / f"lab-job-test-{secrets.token_hex(4)}"
     log = tmp_path / "lab.out"
     # This test's own IPython folder: its cluster files can reach no other test's JupyterLab

@@ -40,6 +40,7 @@ def test_the_login_names_bash_reads_are_the_tables(name):
     for key in ("patterns", "hosts", "address"):
         want = login.get(key, [])
         assert bash_reads(table, "site_login_value", key) == (want if isinstance(want, list) else [want]), key
+    assert bash_reads(table, "site_login_value", "title", "site") == [site.title]   # the name lab.sh says
     for host in [*login.get("hosts", []), "arf-ui1.yonetim", "cuda-ui", "akya1", "barbun-cuda1", "laptop", "arf-ui"]:
         matched = subprocess.run(["bash", "-c", 'source "$0" && site_login_host "$1" "$2"',
                                   str(REPO / "scripts" / "site_login.sh"), str(table), host]).returncode == 0
@@ -66,9 +67,10 @@ def lab_sh(clone: Path, *args: str, host: str = "", **env) -> subprocess.Complet
     return subprocess.run(command, cwd=clone, env=environ, capture_output=True, text=True, timeout=120)
 
 
-LOGIN_NODE = {"en": "!! lab.sh: this is a login node of truba (arf-ui1): JupyterLab and its engines must not run here",
-              "tr": "!! lab.sh: burası truba sitesinin bir giriş düğümü (arf-ui1): JupyterLab ve motorları burada "
-                    "çalıştırılmaz"}
+LOGIN_NODE = {"en": "!! lab.sh: this is arf-ui1, a login node of TRUBA (ARF / ARF-ACC): JupyterLab and its engines "
+                    "must not run here",
+              "tr": "!! lab.sh: burası arf-ui1, TRUBA (ARF / ARF-ACC) giriş düğümlerinden biri: JupyterLab ve "
+                    "motorları burada çalıştırılmaz"}
 SBATCH_HERE = {"en": "!! lab.sh: this machine has sbatch and this shell is in no SLURM job",
                "tr": "!! lab.sh: bu makinede sbatch var ve bu kabuk bir SLURM işinin içinde değil"}
 
