@@ -9,6 +9,8 @@ and said, the random state comes back, and a stop vote ends in :meth:`Resume.pre
 
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 
 from . import checkpoint as ckpt
@@ -96,3 +98,30 @@ class Resume:
         key = "train.preempted" if self.run.config.checkpoint_dir else "ckpt.nothing_saved"
         self.run.say(t(key, rank=self.run.env.rank, epoch=epoch, step=step, code=exits.REQUEUE))
         raise Preempted()
+
+
+def position(directory) -> Optional[Tuple[int, int]]:
+    """Where the checkpoint in ``directory`` stands, ``(epoch, step)``, read as :meth:`Resume.start` reads it
+    (rank 0's file, loaded on the CPU); ``None`` when there is none, or it cannot be read."""
+    try:
+        path = ckpt.checkpoint_path(directory)
+        if not ckpt._regular_or_absent(path):
+            return None
+        handle = ckpt._open_regular(path)
+        if handle is None:
+            return None
+        with handle:
+            state = torch.load(handle, map_location="cpu", weights_only=True)
+        return int(state["epoch"]), int(state["step"])
+    except Exception:  # noqa: BLE001 - unreadable or not a checkpoint: no position (the resumed run says why)
+        return None
+
+
+if __name__ == "__main__":
+    # python -m ddp_tutorial.resume DIR: "EPOCH STEP" of DIR's checkpoint, nothing when there is none.
+    # The job templates ask it after exit 75: a requeue whose checkpoint did not move on stops (P8).
+    import sys
+
+    found = position(sys.argv[1]) if len(sys.argv) == 2 else None
+    if found is not None:
+        print(*found)

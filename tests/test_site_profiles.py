@@ -54,7 +54,7 @@ def _calls(name: str):
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = ast.unparse(node.func)
-                if func in ("slurm.JobSpec", "slurm.JobSpec.from_profile", "ipp.start_slurm"):
+                if func in ("slurm.JobSpec", "slurm.JobSpec.from_profile", "slurm.class_job", "ipp.start_slurm"):
                     found.append((func, node, gpus))
     return found
 
@@ -80,6 +80,9 @@ def _spec(func: str, node: ast.Call, namespace: dict):
         return "job", slurm.JobSpec(**kwargs)
     if func == "slurm.JobSpec.from_profile":
         return "job", slurm.JobSpec.from_profile(*args, **kwargs)
+    if func == "slurm.class_job":  # the class's shape: the profile and DDP_TUTORIAL_SLURM_GPUS of the namespace
+        environ = dict(namespace["os"].environ, DDP_TUTORIAL_SLURM_PROFILE=namespace["PROFILE_NAME"])
+        return "job", slurm.class_job(*args, environ=environ, **kwargs)
     names = ("nodes", "engines_per_node", "gpus_per_node", "profile")
     given = dict(zip(names, args), **{k: v for k, v in kwargs.items() if k in names})
     job = {k: v for k, v in kwargs.items() if k not in names}
@@ -105,11 +108,15 @@ def test_the_profiles_are_trubas_rule():
 @pytest.mark.parametrize("notebook,expected", [("05_cluster_slurm.cells", {"job": 3, "engines": 1}),
                                                ("08_own_model.cells", {"job": 1})])
 @pytest.mark.parametrize("profile", GPU_PROFILES)
-def test_every_job_a_notebook_submits_follows_the_profile(notebook, expected, profile):
+def test_every_job_a_notebook_submits_follows_the_profile(notebook, expected, profile, monkeypatch):
     gpus, cores = TRUBA_RULE[profile]
     seen = {"job": 0, "engines": 0}
     for func, node, gpus_expr in _calls(notebook):
         for environ in ({}, {"DDP_TUTORIAL_SLURM_GPUS": str(gpus)}):  # the notebook's default, all the node's GPUs
+            monkeypatch.delenv("DDP_TUTORIAL_SLURM_GPUS", raising=False)  # ipp.start_slurm reads the class's shape
+            monkeypatch.setenv("DDP_TUTORIAL_SITE", "none")
+            for key, value in environ.items():
+                monkeypatch.setenv(key, value)
             kind, spec = _spec(func, node, _namespace(profile, gpus_expr, environ))
             if not spec.gpus_per_node:
                 continue  # the CPU form (a cluster without GPUs, the test cluster): no cores per GPU to check
@@ -134,12 +141,16 @@ def test_no_notebook_hard_codes_cores_for_a_gpu_job():
                     assert not literal, (name, ast.unparse(node))
 
 
-def test_the_cpu_form_of_the_notebooks_stays_small_for_the_test_cluster():
+def test_the_cpu_form_of_the_notebooks_stays_small_for_the_test_cluster(monkeypatch):
     """gpus=0 (the two-node test cluster): one core per process, whatever the profile."""
     lab = {"DDP_TUTORIAL_SLURM_GPUS": "0"}  # what notebooks/build.py --slurmlab sets
+    monkeypatch.setenv("DDP_TUTORIAL_SLURM_GPUS", "0")  # ipp.start_slurm reads the class's shape from here
+    submitted = 0
     for func, node, gpus_expr in _calls("05_cluster_slurm.cells"):
-        if gpus_expr is not None and re.search(r"\bgpus\b", ast.unparse(node)):  # the calls the lab's run submits
+        if func in ("slurm.class_job", "ipp.start_slurm"):  # the calls the lab's run submits
             kind, spec = _spec(func, node, _namespace("palamut-cuda", gpus_expr, lab))
             assert spec.gpus_per_node == 0 and spec.cpus_per_process == 1, ast.unparse(node)
+            submitted += 1
+    assert submitted == 2
     kind, spec = _spec(*_calls("08_own_model.cells")[0][:2], _namespace("generic"))
     assert (spec.gpus_per_node, spec.nproc_per_node, spec.cpus_per_process) == (0, 2, 1)

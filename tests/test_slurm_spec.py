@@ -243,16 +243,17 @@ def test_rendering_does_not_import_torch(tmp_path):
     assert (tmp_path / "job.sh").is_file()
 
 
-def test_start_slurm_takes_job_spec_fields_with_three_renames(tmp_path):
+def test_start_slurm_takes_job_spec_fields_with_three_renames(tmp_path, monkeypatch):
     # ipp.start_slurm no longer restates JobSpec: its keywords are JobSpec's fields, three renamed.
     from ddp_tutorial import ipp
     from ddp_tutorial.ipp import slurm as engines
 
+    monkeypatch.delenv("DDP_TUTORIAL_SLURM_GPUS", raising=False)  # the class's GPUs: the seed's 3 (T5-5)
     spec = engines._engine_spec("palamut-cuda", dict(nodes=2, gpus_per_node=None, nproc_per_node=None),
                                 dict(time_limit="00:10:00", cpus_per_engine=3, modules=["cuda/12"], qos="short",
                                      run_dir=str(tmp_path)))
     assert (spec.time, spec.cpus_per_process, spec.modules, spec.qos, spec.gpus_per_node, spec.job_name) == (
-        "00:10:00", 3, ("cuda/12",), "short", 8, "ddp-tutorial-engines")
+        "00:10:00", 3, ("cuda/12",), "short", 3, "ddp-tutorial-engines")
     assert engines._engine_spec("generic", dict(nodes=1), {}).time == "01:00:00"
     for wrong in ("epochs", "time", "script", "cpus_per_process"):  # training fields, or JobSpec's name of a rename
         with pytest.raises(TutorialError) as caught:

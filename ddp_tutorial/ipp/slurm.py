@@ -51,7 +51,8 @@ from typing import List, Optional, Tuple
 from .. import slurm as batch
 from ..config import JOB_OPTIONS
 from ..i18n import TutorialError, t
-from ..slurm.jobs import reservation_note
+from ..slurm import class_shape
+from ..slurm.jobs import reservation_note, without_session
 from . import engines as es
 from . import held_port, remote
 from .watchdog import Guard
@@ -252,7 +253,8 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     spec = _engine_spec(profile, dict(nodes=nodes, gpus_per_node=gpus_per_node, nproc_per_node=engines_per_node),
                         job)
     template = batch.render_engines(spec)  # every value checked before anything is submitted
-    print(batch.preview(spec, profile=profile), flush=True)  # partition, account, reservation, nodes, GPUs, cores
+    # partition, account, reservation, nodes, GPUs, cores; where the log goes
+    print(class_shape.class_preview(spec, profile=profile), flush=True)
     if shutil.which("sbatch") is None:
         raise TutorialError("slurm.missing", command="sbatch")
     address = check_address(controller_ip) if controller_ip else controller_address()
@@ -274,7 +276,7 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
         script = run_path / f"ipengines-{cluster.cluster_id}.sbatch"
         try:
             set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script),
-                                                **engine_command(job.get("python")))
+                                                submit_command=submit_command(), **engine_command(job.get("python")))
         except subprocess.CalledProcessError:
             batch.check_accepted(script, spec)  # sbatch refused the script: ask it why; say what to change
             raise
@@ -314,6 +316,14 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     return engines
 
 
+def submit_command() -> List[str]:
+    """ipyparallel's sbatch call, without the variables of the job this kernel runs in (T5-15): ipyparallel
+    submits with this process's whole environment, and the engines' job would read the session's
+    ``SRUN_CPUS_PER_TASK``, ``SLURM_CPU_BIND`` … as its own (:func:`ddp_tutorial.slurm.jobs.without_session`)."""
+    dropped = sorted(set(os.environ) - set(without_session(os.environ)))
+    return ["env", *[word for name in dropped for word in ("-u", name)], "sbatch"] if dropped else ["sbatch"]
+
+
 def engine_command(python: Optional[str]) -> dict:
     """``python=``: the engines' interpreter instead of this kernel's, e.g. the two-line wrapper that
     runs the workshop container (``exec apptainer exec --nv …/ddp-env.sif python "$@"``, docs/truba.md).
@@ -328,19 +338,30 @@ def engine_command(python: Optional[str]) -> dict:
 
 def _engine_spec(profile: Optional[str], values: dict, job: dict) -> "batch.JobSpec":
     """The JobSpec of an engine job: ``values`` (JobSpec's names) with ``job`` (start()'s names) over
-    :data:`ENGINE_JOB`; a name the engines do not take is a clear error, not a silent no-op."""
+    :data:`ENGINE_JOB` and the class's shape (:func:`ddp_tutorial.slurm.class_shape.engine_defaults`: the
+    GPUs per node of ``DDP_TUTORIAL_SLURM_GPUS`` unless GPUs or engines per node are given, the class's
+    account, reservation and run folder unless given); a name the engines do not take is a clear error,
+    not a silent no-op."""
     takes = ({f.name for f in dataclass_fields(batch.JobSpec)} - NOT_FOR_ENGINES - set(RENAMED.values())) | set(RENAMED)
-    values = dict(ENGINE_JOB, **values)
-    for name, value in job.items():
+    for name in job:
         if name not in takes:
             choices = sorted(takes | set(inspect.signature(start).parameters) - {"job"})
             raise TutorialError("config.unknown_option", function="ipp.start_slurm", name=name,
                                 choices=", ".join(choices))
+    profile = profile or batch.workshop_profile()
+    shape = class_shape.engine_defaults(profile)
+    if values.get("gpus_per_node") is None and values.get("nproc_per_node") is None:
+        values = dict(values, gpus_per_node=shape.pop("gpus_per_node"), nproc_per_node=shape.pop("engines_per_node"))
+    else:  # the caller's GPUs or engines per node: the profile's cores per GPU, as before
+        shape = {k: v for k, v in shape.items() if k in ("account", "reservation", "run_dir")}
+    job = {**{k: v for k, v in shape.items() if k in takes}, **job}
+    values = dict(ENGINE_JOB, **values)
+    for name, value in job.items():
         values[RENAMED.get(name, name)] = value
     values["modules"], values["env"] = tuple(values.get("modules", ())), tuple(values.get("env", ()))
     run_dir = values.get("run_dir", "runs")
     values["run_dir"] = str(Path(run_dir).expanduser().resolve()) if isinstance(run_dir, str) else run_dir
-    return batch.JobSpec.from_profile(profile or batch.workshop_profile(), **values)
+    return batch.JobSpec.from_profile(profile, **values)
 
 
 def _wait_for_engines(client, n: int, job_id: str, address: str, queue_timeout: float,

@@ -30,12 +30,32 @@ from ..i18n import TutorialError, t
 from .spec import SIGNAL, bad_value, job_id_of
 
 
+#: The commands that make a job or a step from the environment they are given.
+SUBMITTING = ("sbatch", "srun", "salloc")
+#: What a job (the JupyterLab session) holds in its environment about itself and its step, and must not hand
+#: to a job it submits (T5-15): sbatch exports the environment, and the child's srun steps would read the
+#: session's SRUN_CPUS_PER_TASK, SLURM_CPU_BIND, SLURM_MEM_PER_* … as their own options.
+SESSION_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SALLOC_", "PMI_", "PMIX_")
+#: SLURM_* variables that say which cluster to talk to, not what a job is: kept.
+KEPT = ("SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT")
+
+
+def without_session(environ: Mapping[str, str]) -> Dict[str, str]:
+    """``environ`` less its job's own variables (:data:`SESSION_PREFIXES`, except :data:`KEPT`) when it is
+    the environment of a job (``SLURM_JOB_ID`` set); otherwise unchanged. sbatch's own ``SBATCH_*``
+    variables stay: they are the user's (or the site's) choice, and the preview says where they win."""
+    if not environ.get("SLURM_JOB_ID"):
+        return dict(environ)
+    return {k: v for k, v in environ.items() if k in KEPT or not k.startswith(SESSION_PREFIXES)}
 
 
 def run_command(args: Sequence[str], env: Optional[Mapping[str, str]] = None, timeout: float = 60,
          check: bool = True) -> subprocess.CompletedProcess:
-    """Run a SLURM client command; a missing command or a failure becomes a clear error."""
+    """Run a SLURM client command; a missing command or a failure becomes a clear error. ``sbatch``,
+    ``srun`` and ``salloc`` run without the session job's own variables (:func:`without_session`)."""
     environ = dict(os.environ if env is None else env)
+    if os.path.basename(args[0]) in SUBMITTING:
+        environ = without_session(environ)
     if shutil.which(args[0], path=environ.get("PATH")) is None:
         raise TutorialError("slurm.missing", command=args[0])
     try:
