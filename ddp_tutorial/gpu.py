@@ -1,18 +1,17 @@
 """Which torch build runs on these GPUs with this driver? The build table, the chooser, the check.
 
-A PyTorch wheel bundles its own CUDA runtime (a ``module load cuda/…`` does not change it) and
-carries compiled kernels only for some GPU generations ("compute capabilities", ``sm_XY``).
-Two things can make a GPU unusable although ``nvidia-smi`` shows it:
+A PyTorch wheel bundles its own CUDA runtime (a ``module load cuda/…`` does not change it) and carries compiled
+kernels only for some GPU generations ("compute capabilities", ``sm_XY``). Two things can make a GPU unusable
+although ``nvidia-smi`` shows it:
 
 * the **driver** is older than the wheel's CUDA needs → torch sees no GPU at all;
 * the wheel has **no kernels** for the GPU's compute capability → "no kernel image is available
   for execution on the device" on the first CUDA operation.
 
-This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`), the
-sites' GPU nodes (:data:`SITES`) and the rule between them. It imports no torch at module level:
-``scripts/setup.sh`` asks it which build to install before torch exists
-(``python -m ddp_tutorial.gpu choose [--site truba]``, :func:`choose`), and ``ddp-tutorial env``
-/ notebook 00 print :func:`report` (the facts of this machine and the verdict, :func:`compatibility`).
+This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`), the sites' GPU nodes
+(:data:`SITES`) and the rule between them. No torch import at module level: ``scripts/setup.sh`` asks it which build
+to install before torch exists (``python -m ddp_tutorial.gpu choose [--site truba]``, :func:`choose`); ``ddp-tutorial
+env`` / notebook 00 print :func:`report` (this machine's facts and the verdict, :func:`compatibility`).
 
 The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 
@@ -22,14 +21,13 @@ The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 | cu132 | sm_75 … sm_120 | ≥ 580 | release notes only |
 | cu126 | sm_50 … sm_90: Maxwell … Hopper (P100 sm_60, V100 sm_70) | ≥ 525 (560 recommended) | release notes only |
 
-cu130 is PyPI's build (``pip install torch==2.14.1``; arch list read here with ``get_arch_list()``),
-the others come from ``download.pytorch.org/whl/<variant>``.
+cu130 is PyPI's build (``pip install torch==2.14.1``; arch list read here with ``get_arch_list()``), the others come
+from ``download.pytorch.org/whl/<variant>``.
 
-Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` support matrix for 2.14 (#194367, #197555, RFC #190355:
-CUDA 12.6, 13.0, 13.2; 12.8 dropped in 2.12, #178665); NVIDIA's minor-version compatibility (12.x ≥ 525,
-13.x ≥ 580). 2.14 is the last release with a CUDA 12 build (#190385): never raise the pin past 2.14 while
-P100/V100 partitions are in use. Only cu130 was checked here; ``ddp-tutorial env`` on a GPU node is the real
-check (at run time torch's own ``get_arch_list()`` wins over the table).
+Sources (:data:`SOURCES`): PyTorch's ``RELEASE.md`` support matrix for 2.14 (#194367, #197555, RFC #190355: CUDA 12.6,
+13.0, 13.2; 12.8 dropped in 2.12, #178665); NVIDIA's minor-version compatibility (12.x ≥ 525, 13.x ≥ 580). 2.14 is the
+last release with a CUDA 12 build (#190385): never raise the pin past 2.14 while P100/V100 partitions are in use. Only
+cu130 was checked here; ``ddp-tutorial env`` on a GPU node is the real check (torch's ``get_arch_list()`` wins).
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .gpu_grant import unusable
 from .i18n import TutorialError, t
 
 Capability = Tuple[int, int]
@@ -171,7 +170,7 @@ def suggest(capabilities: Sequence[Capability], driver_version: Optional[str]) -
 
 VERDICT_KEYS = {  # status → its message (literal keys: grep finds every use)
     "ok": "gpu.verdict_ok", "no_gpu": "gpu.verdict_no_gpu", "cpu_build": "gpu.verdict_cpu_build",
-    "cpu_build_on_gpu_node": "gpu.verdict_cpu_build_on_gpu_node",
+    "cpu_build_on_gpu_node": "gpu.verdict_cpu_build_on_gpu_node", "granted_unusable": "gpu.verdict_granted_unusable",
     "driver_too_old": "gpu.verdict_driver_too_old", "no_kernels": "gpu.verdict_no_kernels",
 }
 
@@ -179,7 +178,7 @@ VERDICT_KEYS = {  # status → its message (literal keys: grep finds every use)
 @dataclass
 class Verdict:
     """``ok``: this torch can train on these GPUs (or there is none, and the CPU is used).
-    ``status``: ok | no_gpu | cpu_build | cpu_build_on_gpu_node | driver_too_old | no_kernels.
+    ``status``: ok | no_gpu | cpu_build | cpu_build_on_gpu_node | driver_too_old | no_kernels | granted_unusable.
     ``key``/``fields``: the plain-words message (``gpu.verdict_<status>`` or ``gpu.no_variant``)."""
 
     ok: bool
@@ -189,7 +188,7 @@ class Verdict:
 
     @property
     def key(self) -> str:
-        if not self.ok and self.suggestion is None:
+        if not self.ok and self.suggestion is None and self.status != "granted_unusable":
             return "gpu.no_variant"
         return VERDICT_KEYS[self.status]
 
@@ -204,12 +203,12 @@ def _cap(c: Capability) -> str:
     return f"{c[0]}.{c[1]}"
 
 
-def compatibility(capabilities: Sequence[Capability], driver_version: Optional[str],
-                  wheel_cuda: Optional[str], arch_list: Optional[Sequence[str]] = None) -> Verdict:
+def compatibility(capabilities: Sequence[Capability], driver_version: Optional[str], wheel_cuda: Optional[str],
+                  arch_list: Optional[Sequence[str]] = None, granted: Optional[Dict[str, str]] = None) -> Verdict:
     """The verdict for GPUs of ``capabilities`` (e.g. ``[(7, 0)]`` for a V100), the NVIDIA driver
     ``driver_version`` (``"570.124.06"``; None when unknown), the wheel's CUDA (``torch.version.cuda``,
     None for a CPU-only build) and its kernels (``torch.cuda.get_arch_list()``; None or empty: from
-    :data:`VARIANTS`). A pure function."""
+    :data:`VARIANTS`); ``granted``: SLURM granted GPUs none of which is usable (:func:`.gpu_grant.unusable`)."""
     capabilities = list(capabilities)
     wheel = variant_of(wheel_cuda)
     caps_text = ", ".join(_cap(c) for c in capabilities)
@@ -217,8 +216,9 @@ def compatibility(capabilities: Sequence[Capability], driver_version: Optional[s
     fields: Dict[str, object] = dict(cuda=wheel_cuda or "-", driver=driver_version or "?", caps=caps_text,
                                      variant=advice or "-", command=install_command(advice) if advice else "-",
                                      pip=pip_command(advice) if advice else "-", torch=TORCH_VERSION)
-    if not capabilities:
-        return Verdict(True, "cpu_build" if wheel is None else "no_gpu", None, fields)
+    if not capabilities:  # in a job granted GPUs, none usable is a failure (P5), never "a login node?"
+        status = "granted_unusable" if granted else "cpu_build" if wheel is None else "no_gpu"
+        return Verdict(not granted, status, None, {**fields, **(granted or {})})
     if wheel is None:
         return Verdict(False, "cpu_build_on_gpu_node", advice, fields)
     known = VARIANTS.get(wheel)
@@ -314,7 +314,7 @@ def check() -> Verdict:
     """The verdict for this machine."""
     gpus, driver, _ = node_facts()
     _, cuda, arch = torch_facts()
-    return compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
+    return compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch, unusable(len(gpus)))
 
 
 def why_no_gpu() -> Optional[TutorialError]:
@@ -345,7 +345,7 @@ def report(lang: Optional[str] = None) -> str:
                            capability=_cap(g.capability) if g.capability else "?"))
     else:
         lines.append(t("gpu.report_no_gpu", lang))
-    verdict = compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
+    verdict = compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch, unusable(len(gpus)))
     lines.append(t("gpu.report_ok" if verdict.ok else "gpu.report_bad", lang, message=verdict.message(lang)))
     return "\n".join(lines)
 

@@ -8,15 +8,23 @@ environment and the workshop's SLURM settings, the day before::
 One line per check, ``ok`` or ``!!`` and what to do; exit code 0 only when every line is ok:
 
 * **python** — this interpreter is >= 3.11 (the class environment's, when it is the one running);
+* **class environment** (with ``--venv DIR`` or ``DDP_TUTORIAL_VENV``) — another user can run ``DIR/bin/python``
+  (:mod:`ddp_tutorial.venv_check`);
 * **torch** — the build against this node's driver and GPUs (:func:`ddp_tutorial.gpu.check`); on a login
   node without GPUs, against every GPU partition of the site (``--site``/``DDP_TUTORIAL_SITE``);
-* **slurm** — ``sbatch --test-only`` accepts a job with the partition, account and reservation
-  (flags, else ``SBATCH_PARTITION``/``SBATCH_ACCOUNT``/``SBATCH_RESERVATION``);
+* **slurm** — ``sbatch --test-only`` accepts a job with the partition, account and reservation (flags, else
+  the class's variables), shaped as the least job the partition accepts when the site's table has it; a
+  reservation that has not started is read with ``scontrol show reservation`` (start, end, nodes, users and
+  accounts) and the probe runs without it; one that does not exist is named (:mod:`ddp_tutorial.site_probe`);
 * **data** — both data sets staged and whole in the data root (``--root``, else ``DDP_TUTORIAL_ROOT``);
 * **ports** — a one-task job on a compute node connects back to a TCP port opened here, on this node's
   address towards the SLURM controller (where notebook 05's ipyparallel controller listens);
 * **interface** — on that node, the sbatch templates' interface rule
-  (:data:`ddp_tutorial.slurm.render.IFNAME_RULE`) names an interface, never ``lo``/127.*.
+  (:data:`ddp_tutorial.slurm.render.IFNAME_RULE`) names an interface, never ``lo``/127.*;
+* **where** — on a login node (the site table's names) or outside any SLURM job, one line more: run site-check
+  again inside a session, where the day's jobs are submitted from and its ports are opened.
+
+Inside a job SLURM granted GPUs, a torch that sees none is a ``!!`` (:mod:`ddp_tutorial.gpu_grant`).
 
 ``--no-slurm`` leaves out the last three SLURM lines (e.g. when run inside a GPU job to check the build
 against the node's real GPUs). No torch import until the torch line.
@@ -42,8 +50,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .i18n import Count, TutorialError, decimal_number, t
 
-#: sbatch's own variables for the three settings a workshop job needs (flags win).
-SLURM_VARIABLES = {"partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT", "reservation": "SBATCH_RESERVATION"}
 DATASETS = ("mnist", "fashion-mnist")
 PROBE_RUN_SECONDS = 40  # the probe task's own run, once started: its connection back waits up to 20 s
 
@@ -72,14 +78,35 @@ def check_python() -> Line:
     return Line(True, "site.python_ok", dict(version=version, path=sys.prefix))
 
 
+def check_venv(folder: Path, timeout: float = 60) -> Line:
+    """P1: the class environment as another user runs it (:func:`ddp_tutorial.venv_check.check`)."""
+    from . import venv_check
+    return Line(*venv_check.check(folder, timeout))
+
+
+def torch_site(name: Optional[str], site) -> Optional[str]:
+    """The site whose GPU partitions the torch line checks the build against: the table's name when
+    :mod:`ddp_tutorial.gpu` knows its GPUs, none for another table (or ``none``), else the name as given (an
+    unknown one: the line says so)."""
+    from . import gpu
+    if site is not None:
+        return site.name if site.name in gpu.SITES else None
+    return None if not name or name.lower() == "none" else name
+
+
 def check_torch(site: Optional[str]) -> Line:
     from . import gpu
+    from .gpu_grant import unusable
     try:
         version, cuda, arch = gpu.torch_facts()
     except ImportError as error:
         return Line(False, "site.torch_missing", dict(why=str(error)))
     build = t("gpu.build_cuda", cuda=cuda) if cuda else t("gpu.build_cpu")
     gpus, driver, _ = gpu.node_facts()
+    granted = unusable(len(gpus))
+    if granted:  # P5: in a job granted GPUs, "no GPU" is no login node's answer
+        found = gpu.compatibility([], driver, cuda, arch, granted)
+        return Line(False, "site.torch_granted", dict(torch=version, build=build, verdict=found.message()))
     if gpus:
         import torch
         verdict = gpu.compatibility([g.capability for g in gpus if g.capability], driver, cuda, arch)
@@ -100,11 +127,6 @@ def check_torch(site: Optional[str]) -> Line:
 # ---- SLURM: the job is accepted, a node reaches back, the interface rule
 
 
-def slurm_settings(given: Dict[str, Optional[str]]) -> Dict[str, str]:
-    """partition/account/reservation: the flag, else sbatch's variable, else empty (the site's default)."""
-    return {name: given.get(name) or os.environ.get(variable, "") for name, variable in SLURM_VARIABLES.items()}
-
-
 def slurm_flags(settings: Dict[str, str]) -> List[str]:
     return [f"--{name}={value}" for name, value in settings.items() if value]
 
@@ -113,38 +135,56 @@ def _shown(settings: Dict[str, str]) -> Dict[str, str]:
     return {name: value or "-" for name, value in settings.items()}
 
 
-def check_slurm(settings: Dict[str, str], timeout: float,
-                env: Optional[Mapping[str, str]] = None) -> Tuple[Line, Dict[str, str]]:
-    """``sbatch --test-only`` (:func:`ddp_tutorial.slurm.jobs.test_only`) of a one-minute, one-task job with
-    these settings: nothing is queued. Returns the line and the settings the probe job runs with: a
-    reservation that starts later (the day-before check) is refused until then ("Invalid time specified"):
-    that is an ok line saying when it starts, and the probe runs without it."""
-    from .slurm.jobs import NO_ANSWER, reservation_start, test_only
-    shown = _shown(settings)
+def check_slurm(settings: Dict[str, str], timeout: float, env: Optional[Mapping[str, str]] = None,
+                shape: Sequence[str] = ("--time=1", "--ntasks=1")) -> Tuple[Line, Optional[Dict[str, str]]]:
+    """``sbatch --test-only`` (:func:`ddp_tutorial.slurm.jobs.test_only`) of a job of ``shape``
+    (:func:`probe_shape`) with these settings: nothing is queued. Returns the line and the settings the reach
+    probe runs with (None: it does not run). A reservation is read first (:func:`read_reservation`, P2): one
+    that does not exist is a ``!!`` naming it; one that starts later (the day-before check; SLURM refuses it
+    until then) is an ok line saying when, where and for whom, unless it shuts this user or account out;
+    in both cases the probe runs without it."""
+    from . import site_probe
+    from .slurm.jobs import NO_ANSWER, test_only
+    shown = dict(_shown(settings), shape=" ".join(shape))
     with tempfile.TemporaryDirectory(prefix="site-check-") as folder:
         script = Path(folder) / "probe.sh"
         script.write_text("#!/bin/sh\ntrue\n")
 
         def ask(chosen: Dict[str, str]) -> Tuple[str, Optional[TutorialError]]:
             try:
-                return test_only(script, ["--time=1", "--ntasks=1", *slurm_flags(chosen)], env=env,
-                                 timeout=timeout), None
+                return test_only(script, [*shape, *slurm_flags(chosen)], env=env, timeout=timeout), None
             except TutorialError as error:  # refused (sbatch's last line), or no answer in time
                 return str(error.fields.get("detail", error)).removeprefix("sbatch: "), error
 
-        answer, error = ask(settings)
-        if error is None:
-            return Line(True, "site.slurm_ok", dict(shown, answer=answer)), settings
-        if error.key == "slurm.command_timeout" or NO_ANSWER.search(answer):
-            return Line(False, "site.slurm_no_answer", dict(shown, answer=answer)), settings
-        start = reservation_start(settings["reservation"], env=env, timeout=timeout) if settings["reservation"] \
-            else None
-        if start:
+        def silent(answer: str, error: Optional[TutorialError]) -> bool:
+            return error is not None and (error.key == "slurm.command_timeout" or bool(NO_ANSWER.search(answer)))
+
+        found = site_probe.read_reservation(settings["reservation"], env=env, timeout=timeout) \
+            if settings["reservation"] else None
+        start = site_probe.starts_at(found) if found else None
+        if found == {} or start:
             without = dict(settings, reservation="")
-            if ask(without)[1] is None:
-                return Line(True, "site.slurm_later", dict(shown, start=start.replace("T", " "), answer=answer)), \
-                    without
-    return Line(False, "site.slurm_bad", dict(shown, answer=answer)), settings
+            answer, error = ask(without)
+            if silent(answer, error):
+                return Line(False, "site.slurm_no_answer", dict(shown, answer=answer)), None
+            chosen = without if error is None else None
+            if found == {}:
+                return Line(False, "site.reservation_missing", dict(shown, answer=answer)), chosen
+            where = dict(shown, start=found["StartTime"].replace("T", " "), until=site_probe.starts_in(start),
+                         end=found.get("EndTime", "?").replace("T", " "), nodes=found.get("Nodes", "?"),
+                         users=found.get("Users", "(null)"), accounts=found.get("Accounts", "(null)"), answer=answer)
+            shut_out = site_probe.closed_to(found, settings["account"])
+            if shut_out:
+                return Line(False, "site.reservation_closed", dict(where, who=shut_out)), chosen
+            if error is not None:
+                return Line(False, "site.slurm_bad", dict(_shown(without), shape=shown["shape"], answer=answer)), None
+            return Line(True, "site.slurm_later", where), chosen
+        answer, error = ask(settings)
+    if error is None:
+        return Line(True, "site.slurm_ok", dict(shown, answer=answer)), settings
+    if silent(answer, error):
+        return Line(False, "site.slurm_no_answer", dict(shown, answer=answer)), None
+    return Line(False, "site.slurm_bad", dict(shown, answer=answer)), None
 
 
 def node_script(address: str, port: int, token: str) -> str:
@@ -244,16 +284,18 @@ def stop_probe(proc: subprocess.Popen, err) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
-def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
-    """The ports line and the interface line, from one ``srun`` task on a compute node. ``--immediate``: srun
-    itself gives up (and cancels its job) when no node is free within ``timeout`` s."""
+def check_reach(settings: Dict[str, str], timeout: float,
+                shape: Sequence[str] = ("--time=2", "--ntasks=1")) -> List[Line]:
+    """The ports line and the interface line, from one ``srun`` task of ``shape`` (:func:`probe_shape`) on a
+    compute node. ``--immediate``: srun itself gives up (and cancels its job) when no node is free within
+    ``timeout`` s."""
     from .ipp.slurm import controller_address
     address = controller_address()
     if not address:
         return [Line(False, "site.ports_no_address"), Line(False, "site.iface_unknown", dict(detail="-"))]
     listener = Listener(address)
     try:
-        command = ["srun", "--nodes=1", "--ntasks=1", "--time=2", "--job-name=site-check",
+        command = ["srun", "--nodes=1", *shape, "--job-name=site-check",
                    f"--immediate={max(1, math.ceil(timeout))}", *slurm_flags(settings),
                    "bash", "-c", node_script(address, listener.port, listener.token)]
         stdout, stderr, ended = run_probe(command, timeout + PROBE_RUN_SECONDS)
@@ -276,6 +318,21 @@ def check_reach(settings: Dict[str, str], timeout: float) -> List[Line]:
     if ifname and ifname != "lo" and not addr.startswith("127."):
         return [ports, Line(True, "site.iface_ok", dict(node=node, ifname=ifname, address=addr))]
     return [ports, Line(False, "site.iface_bad", dict(node=node, address=addr or "?"))]
+
+
+# ---- Where it runs
+
+
+def check_where(site) -> Optional[Line]:
+    """T5-11: on a login node (the site table's names) or outside any SLURM job, one line saying so and
+    that the check belongs inside a session too (where 05's jobs are submitted from, between compute nodes);
+    None inside a job on a compute node."""
+    host = socket.gethostname()
+    login = site is not None and site.is_login_host(host)
+    if os.environ.get("SLURM_JOB_ID") and not login:
+        return None
+    what = t("site.where_login_node", site=site.title) if login else t("site.where_no_job")
+    return Line(True, "site.where_login", dict(node=host, what=what))
 
 
 # ---- Data
@@ -311,8 +368,14 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
             print(line.text(), flush=True)
             lines.append(line)
 
+    from .site_probe import PROBE_MINUTES, probe_shape, site_table, slurm_settings
+    name = args.site or os.environ.get("DDP_TUTORIAL_SITE") or None
+    site = site_table(name)
     say([check_python()])
-    say([check_torch(args.site or os.environ.get("DDP_TUTORIAL_SITE") or None)])
+    venv = args.venv or os.environ.get("DDP_TUTORIAL_VENV")
+    if venv:
+        say([check_venv(Path(venv).expanduser().absolute(), args.timeout)])
+    say([check_torch(torch_site(name, site))])
     say(check_data((Path(args.root) if args.root else default_root()).expanduser().absolute()))
     if not args.no_slurm:
         if shutil.which("sbatch") is None or shutil.which("srun") is None:
@@ -320,13 +383,17 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
         else:
             settings = slurm_settings(dict(partition=args.partition, account=args.account,
                                            reservation=args.reservation))
-            accepted, chosen = check_slurm(settings, args.timeout)
+            partition = site.partitions.get(settings["partition"]) if site else None
+            accepted, chosen = check_slurm(settings, args.timeout,
+                                           shape=probe_shape(partition, PROBE_MINUTES["test"]))
             say([accepted])
-            if accepted.ok:
-                say(check_reach(chosen, args.timeout))
+            if chosen is not None:
+                say(check_reach(chosen, args.timeout, shape=probe_shape(partition, PROBE_MINUTES["reach"])))
             else:
                 say([Line(False, "site.reach_no_answer" if accepted.key == "site.slurm_no_answer"
                           else "site.reach_skipped")])
+            where = check_where(site)
+            say([where] if where else [])
     return lines
 
 
@@ -365,6 +432,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--reservation", help=t("site.cli_reservation"))
     parser.add_argument("--root", help=t("site.cli_root"))
     parser.add_argument("--site", help=t("site.cli_site"))
+    parser.add_argument("--venv", help=t("site.cli_venv"))
     parser.add_argument("--timeout", type=seconds, default=120.0, help=t("site.cli_timeout"))
     parser.add_argument("--no-slurm", action="store_true", help=t("site.cli_no_slurm"))
     parser.set_defaults(func=main)

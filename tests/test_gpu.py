@@ -1,13 +1,14 @@
 """The wheel/GPU compatibility rule (ddp_tutorial.gpu) on tables: compute capability × driver ×
 variant; the parsers of nvidia-smi and /proc; the report in both languages."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ddp_tutorial import gpu
+from ddp_tutorial import gpu, gpu_grant
 from ddp_tutorial.i18n import t
 
 REPO = Path(__file__).resolve().parent.parent
@@ -241,3 +242,50 @@ def test_a_build_asked_by_name_that_the_site_cannot_run_is_named(monkeypatch):
                           capture_output=True, text=True, timeout=120, cwd=REPO, env={**__import__("os").environ,
                                                                                       "DDP_TUTORIAL_LANG": "en"})
     assert "as asked (--cuda cu126)." in done.stdout and "partition" not in done.stdout
+
+
+# P5 (issue 45): inside a job SLURM granted GPUs, "no GPU" is a failure, never "a login node?".
+@pytest.mark.parametrize("environ, grant", [
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}, "SLURM_JOB_GPUS=0"),  # the batch step
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}, "SLURM_STEP_GPUS=0,1"),  # srun
+    ({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "2"}, "CUDA_VISIBLE_DEVICES=2"),
+    ({"SLURM_JOB_ID": "7", "GPU_DEVICE_ORDINAL": "0"}, "GPU_DEVICE_ORDINAL=0"),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, None),                       # a laptop's own setting: no SLURM job
+    ({"SLURM_JOB_ID": "7"}, None),                               # a CPU job
+    ({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": ""}, None),   # every GPU hidden
+    ({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None),
+    ({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "-1"}, None),
+])
+def test_which_variables_say_slurm_granted_gpus(environ, grant):
+    assert gpu_grant.granted(environ) == grant
+
+
+def test_no_gpu_inside_a_job_granted_gpus_is_a_failure_in_both_languages():
+    import torch
+    if torch.cuda.device_count():
+        pytest.skip("this machine's torch sees a GPU")
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    granted = gpu_grant.unusable(0, environ)
+    assert granted is not None and granted["grant"] == "SLURM_JOB_GPUS=0"
+    assert gpu_grant.unusable(1, environ) is None and gpu_grant.unusable(0, {}) is None  # nvidia-smi saw one; no job
+    found = gpu.compatibility([], None, "13.0", None, granted)
+    assert (found.ok, found.status, found.key) == (False, "granted_unusable", "gpu.verdict_granted_unusable")
+    assert "SLURM granted this job GPUs (SLURM_JOB_GPUS=0) but none is usable" in found.message("en")
+    assert "SLURM bu işe GPU verdi (SLURM_JOB_GPUS=0) ama" in found.message("tr")
+    assert "login node" not in found.message("en") and "--exclude=" in found.message("en")
+    assert gpu.compatibility([], None, None, None, granted).status == "granted_unusable"  # a CPU build cannot either
+    assert gpu.compatibility([], None, "13.0", None, None).status == "no_gpu"             # outside: as before
+
+
+def test_the_pre_check_of_a_gpu_job_ends_with_exit_code_1_when_no_granted_gpu_is_usable(tmp_path):
+    """The rendered job's pre-check (``"$PYTHON" -m ddp_tutorial.gpu || … exit 2``) fails here, so the job ends
+    with exit code 2 and this line instead of failing on every rank (slurm/README.md)."""
+    import torch
+    if torch.cuda.device_count():
+        pytest.skip("this machine's torch sees a GPU")
+    env = dict(os.environ, DDP_TUTORIAL_LANG="en", SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", CUDA_VISIBLE_DEVICES="0",
+               PATH=str(tmp_path))  # no nvidia-smi
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "!! SLURM granted this job GPUs (SLURM_JOB_GPUS=0)" in done.stdout, done.stdout
