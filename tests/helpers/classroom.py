@@ -463,6 +463,17 @@ def _epoch(stamp: str) -> Optional[float]:
         return None
 
 
+def at_once(jobs) -> int:
+    """The most jobs running at one moment, from their StartTime and EndTime (an end before a start in the
+    same second: SLURM starts a waiting job when another ends)."""
+    events = sorted((_epoch(j[key]) or 0, step) for j in jobs for key, step in (("start", 1), ("end", -1)))
+    most = running = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
 def _wait(what: str, ok, timeout: float, every: float = 1.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -509,7 +520,7 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
             return False
         waiting = [a for a in room.attendees if a.lab_job]
         _wait("every session's address lines",
-              lambda: all(a.url_seen or a.failed or url(a) for a in waiting), 60 + 15 * n)
+              lambda: all([a.url_seen or a.failed or url(a) for a in waiting]), 60 + 15 * n)  # each, every pass
         numbers["sessions_failed"] = {a.name: a.failed for a in waiting if a.failed}
         waiting = [a for a in waiting if not a.failed]
         numbers["sessions_ready_s"] = sorted(round(a.url_seen - a.lab_submitted, 1) for a in waiting)
@@ -537,12 +548,9 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
             a.fifth_job = found.group(1)
         list(pool.map(fifth, waiting))
         jobs = {a.fifth_job: a for a in waiting if a.fifth_job}
-        running_at_once = 0
 
         def drained():
-            nonlocal running_at_once
             states = {j: job_fields(lab, j).get("JobState", "") for j in jobs}
-            running_at_once = max(running_at_once, sum(s == "RUNNING" for s in states.values()))
             return all(s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
                        for s in states.values())
         _wait("05's jobs to end", drained, 300 + 60 * n, every=2.0)
@@ -567,9 +575,9 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
             numbers["drain_s"] = max(ends) - min(submits)
             numbers["max_wait_s"] = max(_epoch(j["start"]) - _epoch(j["submit"])
                                         for j in numbers["fifth_jobs"].values())
-        numbers["fifth_running_at_once"] = running_at_once
+        numbers["fifth_running_at_once"] = at_once(numbers["fifth_jobs"].values())
         say(f"05's jobs: {len(jobs)} submitted, drain {numbers.get('drain_s')} s (first submit → last end), "
-            f"at most {running_at_once} running at once (sampled every 2 s)")
+            f"at most {numbers['fifth_running_at_once']} running at once (from their start and end times)")
 
     # 15:00 — the end of day, the kit's way: each attendee lists their jobs and cancels them
     def end_of_day(a: Attendee):
@@ -624,20 +632,25 @@ def run_class(attendees: int, train_subset: int = 512, say=print, lab: Optional[
         scratch.chmod(0o755)
         venv, how = (venv, f"{venv} (given)") if venv else class_environment(scratch / "class-venv")
         say(f"class environment: {how}")
+        data_root = os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data")
+        if subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ls", data_root],
+                          capture_output=True, timeout=60).returncode != 0:
+            raise RuntimeError(f"the data root {data_root} (DDP_TUTORIAL_ROOT) is not readable by another user: "
+                               "give the class a data root every attendee can read")
         if own_lab:
             lab = class_lab(attendees, gpu_nodes).start()
             say("lab in TRUBA's shape: " + ", ".join(f"{part} {', '.join(nodes)}" for part, nodes
                                                        in lab.partitions.items() if part != "debug")
                 + f"; debug over every node; up in {lab.start_seconds:.1f} s")
-        return _run_class(lab, attendees, venv, train_subset, say, extra_env)
+        return _run_class(lab, attendees, venv, data_root, train_subset, say, extra_env)
     finally:
         if own_lab and lab is not None:
             lab.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_class(lab: SlurmLab, attendees: int, venv: Path, train_subset: int, say, extra_env) -> dict:
-    data_root = os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data")
+def _run_class(lab: SlurmLab, attendees: int, venv: Path, data_root: str, train_subset: int, say,
+               extra_env) -> dict:
     began = time.monotonic()
     reservation = f"class-{secrets.token_hex(2)}"
     nodes = reserved_nodes(lab, attendees)
