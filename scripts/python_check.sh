@@ -15,7 +15,7 @@ python_check() {
   fi
   here=$(dirname "${BASH_SOURCE[0]}")/../ddp_tutorial/gpu.py
   if command -v "$py" >/dev/null 2>&1; then
-    found=$("$py" --version 2>&1 | head -n 1 | cut -c 1-80)
+    found=$("$py" --version 2>&1 | head -n 1 | cut -c 1-80) || true   # (set -o pipefail: a failing --version too)
   else
     found=""
   fi

@@ -46,9 +46,11 @@ variant=""
 index_url=""
 site=${DDP_TUTORIAL_SITE:-}
 prefix=""
+login_ok=${DDP_TUTORIAL_LOGIN_OK:-0}
 while [ $# -gt 0 ]; do
   case "$1" in
     --test) want_test=1 ;;
+    --login-ok) login_ok=1 ;;
     --cuda)
       variant=${2:-}
       [ -n "$variant" ] || { echo "setup.sh: --cuda needs a build name (cu126, cu130, cu132, cpu) / --cuda bir derleme adı ister" >&2; exit 2; }
@@ -65,7 +67,7 @@ while [ $# -gt 0 ]; do
       index_url=${2:-}
       [ -n "$index_url" ] || { echo "setup.sh: --index-url needs a URL / --index-url bir adres ister" >&2; exit 2; }
       shift ;;
-    *) echo "setup.sh: unknown option '$1' (use --test, --site NAME, --cuda VARIANT, --index-url URL, --prefix DIR) / bilinmeyen seçenek" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$1' (use --test, --site NAME, --cuda VARIANT, --index-url URL, --prefix DIR, --login-ok) / bilinmeyen seçenek" >&2; exit 2 ;;
   esac
   shift
 done
@@ -86,6 +88,20 @@ refuse_prefix() {   # refuse_prefix EN TR
   esac
   exit 2
 }
+# The class environment is built in a job on a compute node (issue 45, the class environment decision): a
+# pip install of some 6 GB on a login node is the heavy work TRUBA suspends accounts for. A host the site
+# tables name as a login node (scripts/site_login.sh) is refused, in a job's shell too (salloc runs it
+# there); --login-ok (or DDP_TUTORIAL_LOGIN_OK=1) for a machine that only shares a login node's name.
+if [ -n "$prefix" ] && [ "$login_ok" != 1 ]; then
+  source scripts/site_login.sh
+  host=$(hostname 2>/dev/null || uname -n)
+  table=$(site_login_match "$host" "$(site_login_table "$site" "")")
+  if [ -n "$table" ]; then
+    title=$(site_login_value "$table" title site)
+    refuse_prefix "this is $host, a login node of ${title:-$(basename "$table" .toml)}: the class environment is built in a job on a compute node, e.g. srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site:-truba} --prefix $prefix" \
+      "burası $host, ${title:-$(basename "$table" .toml)} giriş düğümlerinden biri: sınıf ortamı bir hesaplama düğümündeki bir işte kurulur, örneğin srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site:-truba} --prefix $prefix"
+  fi
+fi
 if [ -n "$prefix" ]; then
   umask 022   # nothing of the class environment is writable by the group or others, whatever the caller's umask
   home=$(realpath -m -- "${HOME:-/}")

@@ -85,15 +85,17 @@ def stand_ins(folder: Path, base: str = "") -> Path:
     return maker
 
 
-def setup(tmp_path: Path, *args: str, lang: str = "en", umask: int = 0o022, **env) -> subprocess.CompletedProcess:
+def setup(tmp_path: Path, *args: str, lang: str = "en", umask: int = 0o022, host: str = "",
+          **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_SITE", "VENV", "VIRTUAL_ENV")}
     environ.update(SKIP_SYSTEM="1", DDP_TUTORIAL_SITE="none", **env)
     if lang:
         environ["DDP_TUTORIAL_LANG"] = lang
     else:
         environ.pop("DDP_TUTORIAL_LANG", None)
-    return subprocess.run(["bash", str(SETUP), *args], cwd=tmp_path, env=environ, capture_output=True, text=True,
-                          timeout=120, umask=umask)
+    wrap = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host] if host else []
+    return subprocess.run([*wrap, "bash", str(SETUP), *args], cwd=tmp_path, env=environ, capture_output=True,
+                          text=True, timeout=120, umask=umask)
 
 
 def modes(folder: Path) -> dict:
@@ -272,3 +274,27 @@ def test_the_attendee_is_told_the_interpreter_is_not_runnable_not_missing(open_f
     assert done.returncode == 2, done.stdout + done.stderr
     assert words.format(blocker=python.parent.parent) in done.stderr, done.stderr
     assert "no Python environment" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("en", "this is arf-ui1, a login node of TRUBA (ARF / ARF-ACC): the class environment is built in a job on a "
+           "compute node, e.g. srun -p debug"),
+    ("tr", "burası arf-ui1, TRUBA (ARF / ARF-ACC) giriş düğümlerinden biri: sınıf ortamı bir hesaplama düğümündeki "
+           "bir işte kurulur")])
+def test_the_class_environment_is_not_built_on_a_login_node(tmp_path, lang, words):
+    """The class environment is built in a job on a compute node (issue 45): a pip install of some 6 GB on
+    arf-ui1 is the load TRUBA suspends accounts for. Refused by the site table's name, in salloc's shell too,
+    before anything is made; --login-ok builds it (here the Python is too old: it stops at that check)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a host name of its own)")
+    old = tmp_path / "old-python"
+    old.write_text(TOO_OLD)
+    old.chmod(0o755)
+    for env in ({}, {"SLURM_JOB_ID": "7"}):
+        done = setup(tmp_path, "--site", "truba", "--prefix", "class-env", lang=lang, host="arf-ui1",
+                     PYTHON=str(old), DDP_TUTORIAL_LOGIN_OK="0", **env)
+        assert done.returncode == 2 and words in done.stderr, done.stdout + done.stderr
+        assert len(done.stderr.splitlines()) == 1 and done.stdout == "" and not (tmp_path / "class-env").exists()
+    allowed = setup(tmp_path, "--site", "truba", "--prefix", "class-env", "--login-ok", lang=lang, host="arf-ui1",
+                    PYTHON=str(old), DDP_TUTORIAL_LOGIN_OK="0")
+    assert allowed.returncode == 2 and "3.11" in allowed.stderr and words not in allowed.stderr, allowed.stderr
