@@ -20,6 +20,10 @@
 # (lab-JOBID.out is as readable as the clone it lies in). On a terminal the address is printed too.
 # One JupyterLab per working copy: a second start on the same copy is refused, naming the first.
 #
+# A session in the class's GPU reservation (SBATCH_RESERVATION set, or the job's reservation is
+# DDP_TUTORIAL_SLURM_RESERVATION: class day P3) is said in one line of the log, not refused. An environment
+# whose interpreter this user cannot run (class day P1) is named as such, with the folder that blocks.
+#
 # Nothing is installed and no data is downloaded here (compute nodes often have no internet, and the
 # class shares one environment): the environment (by the instructor, in a job on a compute node) and the data
 # are made beforehand.

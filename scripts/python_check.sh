@@ -1,4 +1,4 @@
-# Sourced by scripts/setup.sh and scripts/lab.sh before anything else (issue 34 item 2, review N2):
+# Sourced by scripts/setup.sh, scripts/lab.sh and scripts/lab_job.sh before anything else (issue 34 item 2, review N2):
 # the package needs Python >= 3.11 (tomllib), and a login node's python3 is often 3.6 or 3.9. Without this
 # check setup.sh died later in `python -m ddp_tutorial.gpu` with a traceback. The module that gives a newer
 # Python on TRUBA comes from the site table, ddp_tutorial/gpu.py (SITES: python_module=, and whether that
