@@ -246,9 +246,12 @@ def _facts(stdout: str) -> Dict[str, str]:
 
 def run_probe(command: Sequence[str], timeout: float) -> Tuple[str, str, bool]:
     """Run the probe ``srun``: (its stdout, its stderr, whether it ended by itself within ``timeout`` s).
-    Stopped when it does not, and on SIGTERM or Ctrl-C (:func:`main`): :func:`stop_probe`."""
+    Stopped when it does not, and on SIGTERM or Ctrl-C (:func:`main`): :func:`stop_probe`. Inside a session
+    (a job) without the session's own variables: a job of its own, not a step of the session (T5-11, T5-15)."""
+    from .slurm.jobs import without_session
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                env=without_session(os.environ))
         try:
             proc.wait(timeout=timeout)
             ended = True

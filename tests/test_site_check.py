@@ -433,3 +433,24 @@ def test_the_class_settings_come_from_the_packages_variables_before_sbatchs(monk
     assert slurm_settings({}, env) == dict(partition="akya-cuda", account="class", reservation="old")
     assert slurm_settings(dict(partition="debug", reservation="r"), {}) == dict(partition="debug", account="",
                                                                                  reservation="r")
+
+
+@pytest.mark.slurm
+def test_inside_a_session_the_probe_is_a_job_of_its_own_and_there_is_no_login_line(slurm_cluster, class_data):
+    """T5-11 (with T5-15): site-check run again inside a session, as its login-node line asks (here a one-core
+    job step), probes with a job of its own on a compute node, never a step of the session (its SLURM_* are
+    not handed on), and says nothing about a login node."""
+    lab = slurm_cluster
+    environ = dict(lab.env, DDP_TUTORIAL_LANG="en", PYTHONUNBUFFERED="1")
+    environ.pop("DDP_TUTORIAL_ROOT", None)
+    before = {line.split()[0] for line in probe_records(lab)}
+    done = subprocess.run(["srun", "-N1", "-n1", "-c1", "-t", "5", "--job-name=session", sys.executable, "-m",
+                           "ddp_tutorial", "site-check", "--timeout", "30", "--root", str(class_data),
+                           "--partition", "debug"], capture_output=True, text=True, timeout=240, cwd=str(REPO),
+                          env=environ)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[-1] == "All 7 checks ok.", done.stdout + done.stderr
+    assert not any("site-check ran on" in line for line in lines), done.stdout
+    assert lines[5].startswith("ok   a compute node (n"), lines[5]
+    records = [line for line in probe_records(lab) if line.split()[0] not in before]
+    assert len(records) == 1 and "JobName=site-check " in records[0], records
