@@ -115,7 +115,9 @@ def start_slurm(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per
     """Start the engines through SLURM, on the nodes of an allocation, and keep them for
     :func:`train` and :func:`run` (one engine per GPU, or ``engines_per_node`` CPU engines per
     node; ``profile``: default :func:`ddp_tutorial.slurm.workshop_profile`, i.e. ``$DDP_TUTORIAL_SLURM_PROFILE``;
-    ``options``: partition, account, reservation, time_limit, modules, conda/venv, controller_ip …).
+    GPUs per node, cores, account, reservation and run folder default to the class's shape, as 05's job's:
+    :func:`ddp_tutorial.slurm.class_job`; ``options``: partition, account, reservation, time_limit, modules,
+    conda/venv, controller_ip …).
     See :mod:`ddp_tutorial.ipp.slurm`; :func:`stop` ends the job."""
     return _slurm_engines.start(nodes, engines_per_node, gpus_per_node, profile, **options)
 

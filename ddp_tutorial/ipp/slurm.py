@@ -236,8 +236,9 @@ NOT_FOR_ENGINES = {"template", "workdir", "train_args", "script", "script_args",
 def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node: Optional[int] = None,
           profile: Optional[str] = None, *, controller_ip: Optional[str] = None, queue_timeout: float = QUEUE_TIMEOUT,
           register_timeout: float = REGISTER_TIMEOUT, **job) -> SlurmEngines:
-    """Start one engine per GPU (``gpus_per_node``, or the profile's) or ``engines_per_node`` CPU
-    engines on each of ``nodes`` nodes, through one SLURM job; keep them for
+    """Start one engine per GPU (``gpus_per_node``; default: the class's shape, ``$DDP_TUTORIAL_SLURM_GPUS``,
+    :func:`ddp_tutorial.slurm.class_job`) or ``engines_per_node`` CPU engines on each of ``nodes`` nodes,
+    through one SLURM job; keep them for
     :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
 
     ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (partition, GPUs and cores
@@ -245,8 +246,11 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     :class:`ddp_tutorial.slurm.JobSpec` for the allocation and the set-up (partition, account, reservation, qos,
     run_dir, modules, conda, conda_env, venv, env, job_name …), with
     three names of their own here: ``cpus_per_engine`` (JobSpec's ``cpus_per_process``),
-    ``time_limit`` (``time``, default 01:00:00), ``engines_per_node`` (``nproc_per_node``). The job's
-    script and log go to ``run_dir``.
+    ``time_limit`` (``time``, default 01:00:00), ``engines_per_node`` (``nproc_per_node``). Account,
+    reservation and ``run_dir`` default to the class's (``$DDP_TUTORIAL_SLURM_ACCOUNT``,
+    ``$DDP_TUTORIAL_SLURM_RESERVATION``, the site's scratch folder or ``runs``). The job's script and log go
+    to ``run_dir``; the job is never requeued (``#SBATCH --no-requeue``), and its ``sbatch`` runs without the
+    session job's own ``SLURM_*`` variables (:func:`submit_command`).
     """
     es.check_kernel_has_no_cuda()
     profile = profile or batch.workshop_profile()
