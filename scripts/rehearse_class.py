@@ -35,6 +35,7 @@ def verdict(numbers: dict) -> list:
     wrong = list(numbers["refused"])
     wrong += [f"session of {user} ended before its address lines: {tail[-300:]}"
               for user, tail in numbers["sessions_failed"].items()]
+    wrong += numbers["session_access"]
     for user, job in numbers["lab_jobs"].items():
         if job["Partition"] != "debug" or job["Reservation"] not in ("", "(null)"):
             wrong.append(f"session {user} in {job['Partition']}/{job['Reservation']}")

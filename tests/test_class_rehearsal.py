@@ -6,7 +6,8 @@ rule) and their own clone of this checkout, all at once on a SLURM lab in TRUBA'
 * 09:00 — each starts a session the kit's way, ``cd ~/ddp-tutorial && sbatch slurm/lab.sbatch``, half in
   Turkish, half in English, with the class environment (DDP_TUTORIAL_VENV) read-only, and the class's
   variables DDP_TUTORIAL_SLURM_* (never SBATCH_*) in their environment; the test waits for each log's
-  tunnel and address lines;
+  tunnel and address lines, then the owner gets into the session with the address file's token (HTTP 200)
+  and the next attendee neither reads that file nor gets in without the token (403);
 * 12:45 — from inside each session (``srun --jobid=LAB --overlap`` as that user) 05's job is built as 05's
   cells build it and submitted in the class reservation (made by root on the akya-cuda nodes for the N
   users), in the class shape of the site table's ``[day]`` (2 nodes × 1 GPU × 10 cores); the lab's GPUs are
@@ -71,6 +72,7 @@ def test_a_class_of_four_on_the_site_shaped_lab(request):
 
     assert not numbers["refused"], "jobs refused:\n" + "\n".join(numbers["refused"])
     assert not numbers["sessions_failed"], numbers["sessions_failed"]
+    assert not numbers["session_access"], numbers["session_access"]
     sessions = numbers["lab_jobs"]
     assert len(sessions) == ATTENDEES, sessions
     reserved = set(numbers["reservation"]["nodes"])

@@ -485,6 +485,48 @@ def _wait(what: str, ok, timeout: float, every: float = 1.0):
         time.sleep(every)
 
 
+#: As an attendee on the login node: GET a session's api/status, with the token of an address file (argv 1, or
+#: none when argv 1 is "-") or without one; print the HTTP status (0: no answer).
+STATUS_PROBE = r"""
+import sys, urllib.error, urllib.parse, urllib.request
+node, port, url_file = sys.argv[2], sys.argv[3], sys.argv[1]
+token = ""
+if url_file != "-":
+    url = open(url_file).read().strip()
+    token = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["token"][0]
+try:
+    with urllib.request.urlopen(f"http://{node}:{port}/api/status?token={token}", timeout=20) as answer:
+        print(answer.status)
+except urllib.error.HTTPError as error:
+    print(error.code)
+except OSError:
+    print(0)
+"""
+
+
+def session_access(room: Classroom, owner: Attendee, other: Attendee) -> List[str]:
+    """What is wrong with who reaches ``owner``'s session: the owner with the address file's token gets 200;
+    ``other`` cannot read that file and gets 403 without a token (empty: all as it should be)."""
+    node, port, url_file = owner.session["node"], owner.session["port"], owner.session["url_file"]
+    # the node's address from the lab's hosts file (the lab's login namespace has the machine's /etc/hosts)
+    hosts = dict(reversed(line.split()[:2]) for line in room.lab.path("etc", "hosts").read_text().splitlines()
+                 if len(line.split()) >= 2)
+    node = hosts.get(node, node)
+    wrong = []
+    own = room.as_user(owner, f"python3 -c '{STATUS_PROBE}' {url_file} {node} {port}", timeout=60)
+    if own.stdout.strip() != "200":
+        wrong.append(f"{owner.name} with the token of {url_file}: {own.stdout.strip() or own.stderr.strip()[-300:]}")
+    if other is owner:
+        return wrong
+    read = room.as_user(other, f"cat {url_file}", timeout=30)
+    if read.returncode == 0:
+        wrong.append(f"{other.name} read {owner.name}'s address file {url_file}")
+    bare = room.as_user(other, f"python3 -c '{STATUS_PROBE}' - {node} {port}", timeout=60)
+    if bare.stdout.strip() != "403":
+        wrong.append(f"{other.name} without a token at {owner.name}'s {node}:{port}: {bare.stdout.strip()}")
+    return wrong
+
+
 def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print) -> dict:
     """The day for every attendee at once (class-day.md §2): sessions, 05's jobs in the reservation, the
     drain, the end of day. Returns the numbers; the caller asserts on them."""
@@ -532,8 +574,14 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
             numbers["lab_jobs"][a.name] = {k: info.get(k, "") for k in ("JobState", "Partition", "Reservation",
                                                                          "NodeList", "NumCPUs", "TimeLimit")}
             numbers["lab_jobs"][a.name].update(lang=a.lang, **a.session)
+        # each session: its owner gets in with the address file's token; the next attendee neither reads that
+        # file nor gets in without the token (P6 for a whole class on shared nodes)
+        neighbours = waiting[1:] + waiting[:1]
+        numbers["session_access"] = [line for wrong in pool.map(lambda pair: session_access(room, *pair),
+                                                                 zip(waiting, neighbours)) for line in wrong]
         say(f"{len(waiting)} sessions up, {len(numbers['sessions_failed'])} ended before their address lines; "
-            f"address lines after {numbers['sessions_ready_s']} s")
+            f"address lines after {numbers['sessions_ready_s']} s; "
+            f"{len(numbers['session_access'])} wrong answer(s) on who gets into a session")
 
         # 12:45 — 05's job from inside each session, all at once
         def fifth(a: Attendee):
