@@ -83,6 +83,8 @@ def test_a_class_of_four_on_the_site_shaped_lab(request):
         assert job["Partition"] == day["session_partition"] and job["Reservation"] in ("", "(null)"), (user, job)
         assert job["NodeList"] not in reserved, (user, job)
         assert minutes(job["TimeLimit"]) <= minutes(site.partitions["debug"].max_time), (user, job)
+        # T5-4, P4: the kit's own command gives the day's session (lab.sbatch's defaults)
+        assert (job["TimeLimit"], job["NumCPUs"]) == (day["session_time"], str(day["session_cores"])), (user, job)
     assert sorted(job["lang"] for job in sessions.values()) == ["en", "en", "tr", "tr"]
 
     fifth = numbers["fifth_jobs"]

@@ -272,10 +272,11 @@ class Classroom:
             **{k: v.replace("{reservation}", self.reservation) for k, v in self.extra_env.items()},
         }
 
-    def as_user(self, a: Attendee, script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def as_user(self, a: Attendee, script: str, timeout: float = 120,
+                extra: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
         """``bash -c script`` as the attendee on the lab's login node (``arf-ui1`` in the site's lab), from
         their home."""
-        env = [f"{k}={v}" for k, v in self.environment(a).items()]
+        env = [f"{k}={v}" for k, v in {**self.environment(a), **(extra or {})}.items()]
         argv = self.lab.login_command(["setpriv", f"--reuid={a.uid}", f"--regid={a.gid}", "--init-groups",
                                        "env", "-i", *env, "bash", "-c", f"cd && {script}"])
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -303,6 +304,17 @@ class Classroom:
 #: What an attendee runs on the login node: the shell, the SLURM clients, the way in (setpriv, env, unshare).
 LOGIN_COMMANDS = frozenset({"bash", "sh", "env", "setpriv", "unshare", "nsenter",
                             "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo"})
+
+
+#: Marks the test's own probes (the attendee's browser, in truth on their laptop) among the login node's processes.
+PROBE_MARK = "DDP_CLASSROOM_PROBE=1"
+
+
+def _is_probe(pid: int) -> bool:
+    try:
+        return PROBE_MARK.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 class PortSampler:
@@ -364,7 +376,7 @@ class PortSampler:
                 uid = Path(f"/proc/{pid}").stat().st_uid
             except OSError:
                 continue
-            if command not in LOGIN_COMMANDS:
+            if command not in LOGIN_COMMANDS and not _is_probe(pid):
                 self.login_work.add(f"{uid}:{command}")
 
     def _run(self) -> None:
@@ -506,14 +518,16 @@ except OSError:
 
 def session_access(room: Classroom, owner: Attendee, other: Attendee) -> List[str]:
     """What is wrong with who reaches ``owner``'s session: the owner with the address file's token gets 200;
-    ``other`` cannot read that file and gets 403 without a token (empty: all as it should be)."""
+    ``other`` cannot read that file and gets 403 without a token (empty: all as it should be). The probes
+    stand in for a browser behind the tunnel, so they run from the login node marked as probes."""
     node, port, url_file = owner.session["node"], owner.session["port"], owner.session["url_file"]
     # the node's address from the lab's hosts file (the lab's login namespace has the machine's /etc/hosts)
     hosts = dict(reversed(line.split()[:2]) for line in room.lab.path("etc", "hosts").read_text().splitlines()
                  if len(line.split()) >= 2)
     node = hosts.get(node, node)
     wrong = []
-    own = room.as_user(owner, f"python3 -c '{STATUS_PROBE}' {url_file} {node} {port}", timeout=60)
+    probe = dict([PROBE_MARK.split("=")])
+    own = room.as_user(owner, f"python3 -c '{STATUS_PROBE}' {url_file} {node} {port}", timeout=60, extra=probe)
     if own.stdout.strip() != "200":
         wrong.append(f"{owner.name} with the token of {url_file}: {own.stdout.strip() or own.stderr.strip()[-300:]}")
     if other is owner:
@@ -521,7 +535,7 @@ def session_access(room: Classroom, owner: Attendee, other: Attendee) -> List[st
     read = room.as_user(other, f"cat {url_file}", timeout=30)
     if read.returncode == 0:
         wrong.append(f"{other.name} read {owner.name}'s address file {url_file}")
-    bare = room.as_user(other, f"python3 -c '{STATUS_PROBE}' - {node} {port}", timeout=60)
+    bare = room.as_user(other, f"python3 -c '{STATUS_PROBE}' - {node} {port}", timeout=60, extra=probe)
     if bare.stdout.strip() != "403":
         wrong.append(f"{other.name} without a token at {owner.name}'s {node}:{port}: {bare.stdout.strip()}")
     return wrong
