@@ -366,3 +366,43 @@ def test_a_users_own_script_is_requeued_as_before(tmp_path):
     branch = text[text.index('if [ "$STATUS" -ne 0 ] && [ "$STOP_REQUESTED" -eq 1 ]'):]
     run = _after_exit_75(f"{functions}\nSTATUS=75\nSTOP_REQUESTED=1\n{branch}", tmp_path, CHECKPOINTS=None)
     assert run.returncode == 75 and "requeueing job 7" in run.stdout, run.stdout + run.stderr
+
+
+def _wait_for_line(job: str, pattern: str, env, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = slurm.log_path(job, env=env)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if re.search(pattern, text, re.M):
+            return text
+        if slurm.job_info(job, env=env).finished:
+            raise AssertionError(f"job {job} ended before {pattern!r} appeared:\n{text}")
+        time.sleep(0.1)
+    raise AssertionError(f"{pattern!r} did not appear within {timeout} s in job {job}'s log")
+
+
+@pytest.mark.slurm
+def test_a_requeued_run_stopped_before_its_first_step_is_not_requeued_again(slurm_cluster, tmp_path):
+    """P8 on the lab: the first run is stopped after epoch 0 (progress: requeued), the requeued run while its
+    processes still start (as a warning at a run's start does): its checkpoint has not moved, the job ends."""
+    from idx_files import write_mnist_like
+
+    lab = slurm_cluster
+    write_mnist_like(tmp_path / "data", dataset="mnist", n_train=3000, n_test=1000, seed=0)
+    spec = slurm.JobSpec(template="seed", nodes=2, nproc_per_node=2, cpus_per_process=1, python=sys.executable,
+                         workdir=str(REPO), run_dir=str(tmp_path / "runs"), root=str(tmp_path / "data"),
+                         time="00:10:00", dataset="mnist", epochs=8, batch_size=64, seed=0, job_name="p8",
+                         signal_seconds=60, requeue=True)
+    job = slurm.submit(slurm.write_script(slurm.render(spec, lang="en"), tmp_path / "p8.sh"), env=lab.env)
+    _wait_for_line(job, r"^epoch 0:", lab.env, timeout=180)
+    slurm.cancel(job, signal="USR1", batch=True, env=lab.env)  # what --signal=B:USR1@S does
+    _wait_for_line(job, r"restart 1,", lab.env, timeout=180)
+    time.sleep(0.5)  # the batch script's trap is set; its training processes are still starting
+    slurm.cancel(job, signal="USR1", batch=True, env=lab.env)
+    info = slurm.wait(job, timeout=180, poll=0.5, max_poll=2, env=lab.env)
+    log = slurm.read_log(job, env=lab.env)
+    recorded = (tmp_path / "runs" / f"checkpoint-{job}" / ".requeued-at").read_text().split()
+    assert info.state == "FAILED" and info.exit_code == 2 and info.restarts == 1, f"{info.describe()}\n{log}"
+    assert log.count("requeueing job") == 1, log
+    assert (f"!! job {job} is not requeued: its checkpoint has not moved past where this run started "
+            f"(epoch {recorded[0]}, step {recorded[1]})") in log, log
