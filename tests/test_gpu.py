@@ -261,13 +261,11 @@ def test_which_variables_say_slurm_granted_gpus(environ, grant):
 
 
 def test_no_gpu_inside_a_job_granted_gpus_is_a_failure_in_both_languages():
-    import torch
-    if torch.cuda.device_count():
-        pytest.skip("this machine's torch sees a GPU")
+    """The verdict on the facts (no torch here): gpu_grant.unusable's fields, as the pre-check's test below
+    gets them from a real torch in a process of its own."""
     environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}
-    granted = gpu_grant.unusable(0, environ)
-    assert granted is not None and granted["grant"] == "SLURM_JOB_GPUS=0"
     assert gpu_grant.unusable(1, environ) is None and gpu_grant.unusable(0, {}) is None  # nvidia-smi saw one; no job
+    granted = dict(grant=gpu_grant.granted(environ), node="akya3")
     found = gpu.compatibility([], None, "13.0", None, granted)
     assert (found.ok, found.status, found.key) == (False, "granted_unusable", "gpu.verdict_granted_unusable")
     assert "SLURM granted this job GPUs (SLURM_JOB_GPUS=0) but none is usable" in found.message("en")
@@ -289,3 +287,7 @@ def test_the_pre_check_of_a_gpu_job_ends_with_exit_code_1_when_no_granted_gpu_is
                           cwd=REPO, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "!! SLURM granted this job GPUs (SLURM_JOB_GPUS=0)" in done.stdout, done.stdout
+    env.pop("SLURM_JOB_ID")  # CUDA_VISIBLE_DEVICES=0 outside a job (a laptop's own setting): the old verdict
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=dict(env, SLURM_JOB_GPUS=""))
+    assert done.returncode == 0 and "a login node?" in done.stdout, done.stdout + done.stderr
