@@ -26,7 +26,7 @@ One line per check, ``ok`` or ``!!`` and what to do; exit code 0 only when every
 
 Inside a job SLURM granted GPUs, a torch that sees none is a ``!!`` (:mod:`ddp_tutorial.gpu_grant`).
 
-``--no-slurm`` leaves out the last three SLURM lines (e.g. when run inside a GPU job to check the build
+``--no-slurm`` leaves out the SLURM lines and the where line (e.g. when run inside a GPU job to check the build
 against the node's real GPUs). No torch import until the torch line.
 """
 
@@ -138,8 +138,8 @@ def _shown(settings: Dict[str, str]) -> Dict[str, str]:
 def check_slurm(settings: Dict[str, str], timeout: float, env: Optional[Mapping[str, str]] = None,
                 shape: Sequence[str] = ("--time=1", "--ntasks=1")) -> Tuple[Line, Optional[Dict[str, str]]]:
     """``sbatch --test-only`` (:func:`ddp_tutorial.slurm.jobs.test_only`) of a job of ``shape``
-    (:func:`probe_shape`) with these settings: nothing is queued. Returns the line and the settings the reach
-    probe runs with (None: it does not run). A reservation is read first (:func:`read_reservation`, P2): one
+    (:func:`.site_probe.probe_shape`) with these settings: nothing is queued. Returns the line and the settings
+    the reach probe runs with (None: it does not run). A reservation is read first (P2: :mod:`.site_probe`): one
     that does not exist is a ``!!`` naming it; one that starts later (the day-before check; SLURM refuses it
     until then) is an ok line saying when, where and for whom, unless it shuts this user or account out;
     in both cases the probe runs without it."""
@@ -289,9 +289,9 @@ def stop_probe(proc: subprocess.Popen, err) -> None:
 
 def check_reach(settings: Dict[str, str], timeout: float,
                 shape: Sequence[str] = ("--time=2", "--ntasks=1")) -> List[Line]:
-    """The ports line and the interface line, from one ``srun`` task of ``shape`` (:func:`probe_shape`) on a
-    compute node. ``--immediate``: srun itself gives up (and cancels its job) when no node is free within
-    ``timeout`` s."""
+    """The ports line and the interface line, from one ``srun`` task of ``shape``
+    (:func:`.site_probe.probe_shape`) on a compute node. ``--immediate``: srun itself gives up (and cancels its
+    job) when no node is free within ``timeout`` s."""
     from .ipp.slurm import controller_address
     address = controller_address()
     if not address:
