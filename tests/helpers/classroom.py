@@ -310,11 +310,13 @@ LOGIN_COMMANDS = frozenset({"bash", "sh", "env", "setpriv", "unshare", "nsenter"
 PROBE_MARK = "DDP_CLASSROOM_PROBE=1"
 
 
-def _is_probe(pid: int) -> bool:
+def _environ(pid: int) -> Optional[List[bytes]]:
+    """A process's environment; None when it is gone (a zombie's reads empty)."""
     try:
-        return PROBE_MARK.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        data = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
-        return False
+        return None
+    return data.split(b"\0") if data else None
 
 
 class PortSampler:
@@ -376,7 +378,8 @@ class PortSampler:
                 uid = Path(f"/proc/{pid}").stat().st_uid
             except OSError:
                 continue
-            if command not in LOGIN_COMMANDS and not _is_probe(pid):
+            environ = _environ(pid)  # read last: a process gone by now is no answer either way
+            if command not in LOGIN_COMMANDS and environ is not None and PROBE_MARK.encode() not in environ:
                 self.login_work.add(f"{uid}:{command}")
 
     def _run(self) -> None:
