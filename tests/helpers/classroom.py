@@ -13,11 +13,14 @@ Issue 45 item 4 (shared/reviews/class-day.md §2, rebuilt as code). Used by ``te
   later run removes the users of a run that died), their clones, commands run *as* them on the lab's
   login node (the hub namespace: ``nsenter`` as root first, then ``setpriv`` to the user), and the end:
   each user's processes killed by id, ``userdel -r``.
-* :class:`PortSampler` — ``ss -ltnp`` in every node's namespace and the login node's, every second:
-  which user owns each (node, port).
+* :class:`PortSampler` — ``ss -ltnp`` in every node's namespace and the login node's, every second: which
+  users hold each (node, port) at one moment; and what the class runs on the login node besides SLURM clients.
+* :func:`session_access` — who gets into a session: its owner with the address file's token; not the next
+  attendee (cannot read the file; 403 without the token).
 * :func:`submit_fifth_job` — 05's job as 05's cells [2] and [4] build it (``slurm.workshop_profile``,
-  ``JobSpec.from_profile``, ``render``, ``write_script``, ``check_accepted``, ``submit``) in the class's
-  shape (``[day]`` of the site table) and the class's account and reservation (DDP_TUTORIAL_SLURM_*),
+  ``JobSpec.from_profile``, or the package's ``slurm.class_job`` where it has it; ``render``,
+  ``write_script``, ``check_accepted``, ``submit``) in the class's shape (``[day]`` of the site table) and
+  the class's account and reservation (DDP_TUTORIAL_SLURM_*),
   run inside the attendee's session (``srun --jobid=LAB --overlap``) as
   ``python tests/helpers/classroom.py submit-05``. The lab's GPUs are stand-ins that cannot train: the
   rendered script's training runs on the CPU with 1 thread and its GPU check is skipped; the #SBATCH lines
