@@ -158,14 +158,21 @@ def plan(site: Site, attendees: int, pairs: bool = False) -> DayPlan:
 # --------------------------------------------------------------------------------------
 # Writing it out
 
+#: The rules a session's or a job's partition is said to meet, with their catalogue keys.
+PLAN_RULE_KEYS = {"gpus_per_node": "site_plan.rule.gpus_per_node", "cores_per_gpu": "site_plan.rule.cores_per_gpu",
+                  "min_cores": "site_plan.rule.min_cores", "max_time": "site_plan.rule.max_time"}
+#: The account types of the caps table, with their catalogue keys.
+ACCOUNT_KEYS = {"undergraduate": "site_plan.account.undergraduate", "masters": "site_plan.account.masters",
+                "phd": "site_plan.account.phd"}
+
 
 def _rules_line(site: Site, partition: str, violations, lang: Optional[str]) -> List[str]:
     """``debug: at least 1 core (…:121), at most 04:00:00 (…:84): ok``, or each broken rule."""
     if violations:
         return ["  !! " + v.text(lang) for v in violations]
     p = site.partitions[partition]
-    said = [t(f"site_plan.rule.{name}", lang, value=getattr(p, name), source=p.source_of(name))
-            for name in ("gpus_per_node", "cores_per_gpu", "min_cores", "max_time") if getattr(p, name)]
+    said = [t(key, lang, value=getattr(p, name), source=p.source_of(name))
+            for name, key in PLAN_RULE_KEYS.items() if getattr(p, name)]
     return ["  " + t("site_plan.rules_ok", lang, partition=partition, rules=", ".join(said))]
 
 
@@ -180,7 +187,7 @@ def _reservation_line(r: Reservation, lang: Optional[str]) -> str:
 
 
 def _account_line(a: Account, caps_source: str, lang: Optional[str]) -> str:
-    kind = t(f"site_plan.account.{a.kind}", lang)
+    kind = t(ACCOUNT_KEYS[a.kind], lang)
     if a.day_ok:
         return "  " + t("site_plan.account_ok", lang, kind=kind, cap=a.cap, session=a.session, job=a.job,
                         total=a.at_once)

@@ -285,7 +285,7 @@ def _setup(tmp_path, *args, wrap=(), **env):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(open_folder):
+def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(open_folder):  # noqa: F811 (the fixture imported above)
     """`setup.sh --site truba --prefix DIR` (DIR relative to the caller): torch pinned from the cu126
     index, the package as a copy (not -e: it must not depend on the instructor's checkout), JupyterLab's
     settings inside DIR, everything readable by all, and the attendees' command printed. DIR is made by a
@@ -304,7 +304,7 @@ def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(open_
 
 
 @pytest.mark.parametrize("site, variant", [("", "cu126"), ("none", "cu130")])
-def test_setup_recognises_truba_by_its_login_node_name(open_folder, site, variant):
+def test_setup_recognises_truba_by_its_login_node_name(open_folder, site, variant):  # noqa: F811 (the fixture imported above)
     """A login node named arf-ui1 (a UTS namespace of its own): --site truba is taken and said, unless
     DDP_TUTORIAL_SITE=none; then the node's own choice (no GPU: PyPI's cu130)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:

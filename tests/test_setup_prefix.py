@@ -12,7 +12,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -215,15 +214,16 @@ def private_python(folder: Path) -> Path:
     (private / "bin").mkdir(parents=True)
     (private / "lib").mkdir()
     shutil.copy2(base, private / "bin" / "python3")
-    version = subprocess.run([str(base), "-c", "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    code = "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"
+    version = subprocess.run([str(base), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     (private / "lib" / version).symlink_to(Path(base).parent.parent / "lib" / version)
     private.chmod(0o700)
     return private / "bin" / "python3"
 
 
-@pytest.mark.parametrize("lang, words", [("en", "but other users cannot run it: {blocker} does not let them through"),
-                                         ("tr", "ama başka kullanıcılar onu çalıştıramıyor: {blocker} onları geçirmiyor")])
+@pytest.mark.parametrize("lang, words", [
+    ("en", "but other users cannot run it: {blocker} does not let them through"),
+    ("tr", "ama başka kullanıcılar onu çalıştıramıyor: {blocker} onları geçirmiyor")])
 def test_an_environment_others_cannot_run_is_not_called_ready(open_folder, lang, words):
     """Class day P1: built from a Python in a private folder, the venv's python links there; the instructor's
     checks were green and every attendee got "bad interpreter: Permission denied". setup.sh now checks as

@@ -62,7 +62,7 @@ def test_every_source_is_a_line_of_the_guide():
 def test_every_partition_field_is_set_or_silent():
     for p in TRUBA.partitions.values():
         for name in sites.PARTITION_FIELDS:
-            if name == "constraints" or (name in sites.GPU_FIELDS and p.gpus_per_node == 0):
+            if name == "constraints" or (name in ("gpu", "min_gpus", "cores_per_gpu") and p.gpus_per_node == 0):
                 continue  # constraints: none documented; a CPU partition has no GPU fields
             value = getattr(p, name)
             assert (value is not None) != (name in p.silent), (p.name, name)
@@ -129,7 +129,8 @@ def test_the_truba_profiles_are_the_tables():
 def test_the_profile_description_follows_the_language(monkeypatch):
     """P9: the Turkish preview read "akya-cuda profili: TRUBA akya-cuda: 4× NVIDIA V100, 40 cores, 10 per GPU"."""
     monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
-    assert slurm.PROFILES["akya-cuda"].description == "TRUBA akya-cuda: 4× NVIDIA V100 16 GB, 40 CPU çekirdeği, GPU başına 10"
+    assert (slurm.PROFILES["akya-cuda"].description
+            == "TRUBA akya-cuda: 4× NVIDIA V100 16 GB, 40 CPU çekirdeği, GPU başına 10")
     assert "cores" not in slurm.PROFILES["generic"].description
     monkeypatch.setenv("DDP_TUTORIAL_LANG", "en")
     assert slurm.PROFILES["akya-cuda"].description == "TRUBA akya-cuda: 4× NVIDIA V100 16 GB, 40 cores, 10 per GPU"

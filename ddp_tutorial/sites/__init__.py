@@ -29,8 +29,10 @@ import tomllib
 SITE_VARIABLE = "DDP_TUTORIAL_SITE"
 PARTITION_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_gb", "mem_per_core_mb", "max_time",
                     "min_cores", "min_gpus", "cores_per_gpu", "gpu_only", "constraints")
-#: The fields a CPU partition (``gpus_per_node = 0``) does not have.
-GPU_FIELDS = ("gpu", "min_gpus", "cores_per_gpu")
+#: Each rule's catalogue key (written out, so grep finds every use).
+RULE_KEYS = {"gpus_per_node": "site_rule.gpus_per_node", "nodes": "site_rule.nodes",
+             "cores_per_gpu": "site_rule.cores_per_gpu", "cores_per_node": "site_rule.cores_per_node",
+             "min_cores": "site_rule.min_cores", "gpu_only": "site_rule.gpu_only", "max_time": "site_rule.max_time"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Violation:
     @property
     def key(self) -> str:
         """Its catalogue key (``site_rule.cores_per_gpu`` …): the rule, the table's value, the source, what to do."""
-        return f"site_rule.{self.rule}"
+        return RULE_KEYS[self.rule]
 
     @property
     def fields(self) -> dict:

@@ -12,12 +12,17 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
+from ..day_plan import ACCOUNT_KEYS
 from ..i18n import TutorialError, language, t, whole_number
 from . import SITE_VARIABLE, Site, current, load, names
 
-#: The partition fields ``site show`` prints, in this order.
-SHOWN_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_gb", "mem_per_core_mb", "max_time",
-                "min_cores", "min_gpus", "cores_per_gpu", "gpu_only", "constraints")
+#: The partition fields ``site show`` prints, in this order, with their labels' catalogue keys.
+FIELD_KEYS = {"nodes": "site_show.field.nodes", "cores_per_node": "site_show.field.cores_per_node",
+              "gpus_per_node": "site_show.field.gpus_per_node", "gpu": "site_show.field.gpu",
+              "memory_gb": "site_show.field.memory_gb", "mem_per_core_mb": "site_show.field.mem_per_core_mb",
+              "max_time": "site_show.field.max_time", "min_cores": "site_show.field.min_cores",
+              "min_gpus": "site_show.field.min_gpus", "cores_per_gpu": "site_show.field.cores_per_gpu",
+              "gpu_only": "site_show.field.gpu_only", "constraints": "site_show.field.constraints"}
 
 
 def _site(name: Optional[str]) -> Site:
@@ -52,8 +57,7 @@ def format_table(site: Site, lang: Optional[str] = None) -> str:
                           source=login.get("may_run_source", "?")))
     lines.append("  " + t("site_show.consequence", lang, text=login.get("consequence_tr" if tr else "consequence", ""),
                           source=login.get("consequence_source", "?")))
-    kinds = ", ".join(f"{t('site_plan.account.' + k, lang)} {caps[k]}" for k in ("undergraduate", "masters", "phd")
-                      if k in caps)
+    kinds = ", ".join(f"{t(key, lang)} {caps[kind]}" for kind, key in ACCOUNT_KEYS.items() if kind in caps)
     lines.append(t("site_show.caps", lang, caps=kinds, source=caps.get("source", "?")))
     lines.append(t("site_show.storage_pip", lang, where=storage.get("no_pip_on", "?"),
                    source=storage.get("no_pip_source", "?")))
@@ -61,18 +65,19 @@ def format_table(site: Site, lang: Optional[str] = None) -> str:
                    source=storage.get("home_source", "?")))
     lines.append(t("site_show.storage_outputs", lang, where=storage.get("outputs", "?"),
                    source=storage.get("outputs_source", "?")))
-    width = max(len(t(f"site_show.field.{name}", lang)) for name in SHOWN_FIELDS)
+    width = max(len(t(key, lang)) for key in FIELD_KEYS.values())
     for p in site.partitions.values():
         lines += ["", t("site_show.partition", lang, name=p.name)]
-        for name in SHOWN_FIELDS:
+        for name, key in FIELD_KEYS.items():
             value = getattr(p, name)
             if value is None or value == () or (name == "gpu_only" and not value and not p.gpus_per_node):
                 continue
-            label = t(f"site_show.field.{name}", lang)
+            label = t(key, lang)
             lines.append(f"  {label:<{width}}  {_value(value, lang):<24}  {p.source_of(name)}".rstrip())
         if p.silent:
             lines.append("  " + t("site_show.silent", lang,
-                                  fields=", ".join(t(f"site_show.field.{n}", lang) for n in p.silent)))
+                                  fields=", ".join(t(FIELD_KEYS[n], lang) if n in FIELD_KEYS else n
+                                                   for n in p.silent)))
     return "\n".join(lines)
 
 
