@@ -71,6 +71,14 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# A site given as a table's file (DDP_TUTORIAL_SITE=/path/site.toml): its rules are read from that file, its
+# name (the table's [site] name) chooses the build.
+source scripts/site_login.sh
+site_file=""
+if [[ $site == *.toml || $site == */* ]]; then
+  site_file=$site
+  site=$(site_login_value "$site_file" name site)
+fi
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 [ -n "$prefix" ] && VENV=$(cd "$caller" && realpath -m -- "$prefix")   # the caller's folder, made absolute
@@ -123,6 +131,33 @@ if [ -n "$prefix" ]; then
   fi
 fi
 
+# The site's storage rule (issue 45, T5-3): TRUBA's guide forbids installing Python libraries with pip on
+# /arf (the table's [storage] no_pip_on, with its source). A checkout's own .venv there (lab.sh without the
+# class environment) is refused before anything is made; a class environment (--prefix) there belongs only
+# in the read-only folder the centre agreed to in writing, and this says so.
+guard_site=${site_file:-$site}   # given, or TRUBA recognised as below (a login node's name, or /arf)
+if [ -z "$guard_site" ] && [ -z "$(site_login_table "" "$(hostname 2>/dev/null || uname -n)")" ]; then
+  [ -d /arf ] && guard_site=truba
+fi
+storage_table=$(site_login_table "$guard_site" "$(hostname 2>/dev/null || uname -n)")
+no_pip_on=""
+[ -n "$storage_table" ] && no_pip_on=$(site_login_value "$storage_table" no_pip_on storage)
+if [ -n "$no_pip_on" ]; then
+  case "$(realpath -m -- "$VENV")/" in
+    "$(realpath -m -- "$no_pip_on")"/*)
+      rule=$(site_login_value "$storage_table" no_pip_source storage)
+      title=$(site_login_value "$storage_table" title site)
+      if [ -z "$prefix" ]; then
+        refuse_prefix "$VENV is on $no_pip_on, where ${title:-the site}'s guide forbids installing Python libraries with pip ($rule): nothing was installed. Use the class environment the instructor names: DDP_TUTORIAL_VENV=DIR with sbatch slurm/lab.sbatch or the OnDemand app" \
+          "$VENV, ${title:-merkezin} kılavuzunun pip ile Python kütüphanesi kurmayı yasakladığı $no_pip_on üzerinde ($rule): hiçbir şey kurulmadı. Eğitmenin verdiği sınıf ortamını kullanın: sbatch slurm/lab.sbatch ya da OnDemand uygulamasıyla DDP_TUTORIAL_VENV=DİZİN"
+      fi
+      case "${DDP_TUTORIAL_LANG:-}" in
+        tr) echo "== $VENV, $no_pip_on üzerinde: kılavuz kullanıcıların orada pip ile kurmasını yasaklar ($rule); sınıf ortamı yalnızca merkezin yazılı olarak kabul ettiği, salt okunur klasöre kurulur (docs/instructor/README.tr.md)" ;;
+        *) echo "== $VENV is on $no_pip_on: the guide forbids users' own pip installs there ($rule); a class environment belongs only in the read-only folder the centre agreed to in writing (docs/instructor/README.md)" ;;
+      esac ;;
+  esac
+fi
+
 # 0. Python >= 3.11 first (the venv's, or the one that makes it): else one line, in DDP_TUTORIAL_LANG
 #    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu.py's site table), exit 2.
 source scripts/python_check.sh
@@ -146,6 +181,7 @@ if [ -z "$site" ] && [ -z "$variant" ] && [ -z "$index_url" ]; then
   fi
 fi
 [ "$site" = none ] && site=""
+
 
 # 1. System packages: Debian's genuine Fashion-MNIST (offline data), and for the tests a real
 #    SLURM (controller, node daemon, client), munge and iproute2 for the two-node test cluster.

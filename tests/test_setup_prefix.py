@@ -87,7 +87,7 @@ def stand_ins(folder: Path, base: str = "") -> Path:
 def setup(tmp_path: Path, *args: str, lang: str = "en", umask: int = 0o022, host: str = "",
           **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("DDP_TUTORIAL_SITE", "VENV", "VIRTUAL_ENV")}
-    environ.update(SKIP_SYSTEM="1", DDP_TUTORIAL_SITE="none", **env)
+    environ.update({"SKIP_SYSTEM": "1", "DDP_TUTORIAL_SITE": "none", **env})
     if lang:
         environ["DDP_TUTORIAL_LANG"] = lang
     else:
@@ -298,3 +298,27 @@ def test_the_class_environment_is_not_built_on_a_login_node(tmp_path, lang, word
     allowed = setup(tmp_path, "--site", "truba", "--prefix", "class-env", "--login-ok", lang=lang, host="arf-ui1",
                     PYTHON=str(old), DDP_TUTORIAL_LOGIN_OK="0")
     assert allowed.returncode == 2 and "3.11" in allowed.stderr and words not in allowed.stderr, allowed.stderr
+
+
+@pytest.mark.parametrize("lang, words", [("en", "forbids installing Python libraries with pip"),
+                                         ("tr", "pip ile Python kütüphanesi kurmayı yasakladığı")])
+def test_a_venv_of_its_own_on_the_sites_no_pip_storage_is_refused(tmp_path, lang, words):
+    """TRUBA's guide forbids pip installs on /arf (python.rst:23; the table's [storage] no_pip_on): lab.sh
+    without the class environment would build the checkout's own .venv there. With a site table whose no_pip_on
+    is this test's folder, setup.sh refuses before anything is made and names the rule's source; a venv
+    elsewhere is not refused by it (here it stops at the too-old Python instead)."""
+    table = tmp_path / "site.toml"
+    table.write_text((REPO / "ddp_tutorial" / "sites" / "truba.toml").read_text()
+                     .replace('no_pip_on = "/arf"', f'no_pip_on = "{tmp_path / "arf"}"'))
+    old = tmp_path / "old-python"
+    old.write_text(TOO_OLD)
+    old.chmod(0o755)
+    venv = tmp_path / "arf" / "home" / "me" / "ddp-tutorial" / ".venv"
+    done = setup(tmp_path, lang=lang, DDP_TUTORIAL_SITE=str(table), VENV=str(venv), PYTHON=str(old))
+    assert done.returncode == 2 and words in done.stderr, done.stdout + done.stderr
+    assert "uygulamalar/Python/python.rst:23" in done.stderr and "DDP_TUTORIAL_VENV" in done.stderr
+    assert not (tmp_path / "arf").exists()
+    elsewhere = setup(tmp_path, lang=lang, DDP_TUTORIAL_SITE=str(table), VENV=str(tmp_path / "venv"),
+                      PYTHON=str(old))
+    assert elsewhere.returncode == 2 and words not in elsewhere.stderr and "3.11" in elsewhere.stderr, \
+        elsewhere.stderr
