@@ -8,6 +8,14 @@
 #
 # Returns when PYTHON imports tomllib; else prints one line on stderr, in LANG, and exits 2.
 
+say_and_stop() {  # say_and_stop LANG EN TR: the line in the user's language (unset: both) on stderr, exit 2
+  case "$1" in
+    tr) echo "$3" >&2 ;;
+    en) echo "$2" >&2 ;;
+    *) echo "$2 / $3" >&2 ;;
+  esac
+  exit 2
+}
 python_check() {
   local py=$1 lang=$2 script=$3 here found module verified en tr note_en note_tr
   if "$py" -c 'import sys, tomllib; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then
@@ -29,12 +37,7 @@ python_check() {
   fi
   en="!! $script needs Python 3.11 or newer (tomllib); $py here: ${found:-not found}. On TRUBA: module load $module$note_en, then run it again; elsewhere: PYTHON=/path/to/python3.12 bash scripts/$script"
   tr="!! $script Python 3.11 ya da daha yenisini ister (tomllib); buradaki $py: ${found:-bulunamadı}. TRUBA'da: module load $module$note_tr komutundan sonra yeniden çalıştırın; başka yerde: PYTHON=/yol/python3.12 bash scripts/$script"
-  case "$lang" in
-    tr) echo "$tr" >&2 ;;
-    en) echo "$en" >&2 ;;
-    *) echo "$en / $tr" >&2 ;;
-  esac
-  exit 2
+  say_and_stop "$lang" "$en" "$tr"
 }
 
 # Class day P1 (issue 45): an environment whose bin/python is there but cannot be run — its interpreter lies
@@ -95,10 +98,5 @@ python_unrunnable() {
     en="!! $script: $py is there, but you ($user) cannot run it (${why:-no reason given}). The instructor rebuilds the class environment from a Python others can run (the site's module), with bash scripts/setup.sh --prefix DIR, which checks this"
     tr="!! $script: $py orada, ama siz ($user) onu çalıştıramıyorsunuz (${why:-neden bildirilmedi}). Eğitmen sınıf ortamını başkalarının da çalıştırabildiği bir Python'dan (merkezin modülü) bash scripts/setup.sh --prefix KLASÖR ile yeniden kursun; bu komut bunu denetler"
   fi
-  case "$lang" in
-    tr) echo "$tr" >&2 ;;
-    en) echo "$en" >&2 ;;
-    *) echo "$en / $tr" >&2 ;;
-  esac
-  exit 2
+  say_and_stop "$lang" "$en" "$tr"
 }

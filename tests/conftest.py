@@ -39,20 +39,7 @@ def _slurm_cannot_run(why: str):
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A started :class:`slurmlab.SlurmLab`; use ``slurm_cluster.env`` for client commands."""
-    from slurmlab import LabError, SlurmLab
-
-    missing = SlurmLab.missing()
-    if missing:
-        _slurm_cannot_run("needs " + "; ".join(missing))
-    lab = SlurmLab()
-    try:
-        lab.start()
-    except (LabError, OSError) as error:
-        _slurm_cannot_run(f"could not start it ({str(error).strip()[:2000]})")
-    try:
-        yield lab
-    finally:
-        lab.stop()
+    yield from _started_lab()
 
 
 @pytest.fixture(scope="session")
@@ -62,12 +49,18 @@ def truba_lab():
     4 h), ``akya-cuda`` and ``barbun`` (3 days); a job_submit.lua refusing what TRUBA's guide forbids, in its
     words; ``truba_lab.login_command(cmd)`` runs ``cmd`` on the login node ``arf-ui1``. Client commands:
     ``truba_lab.run([...])`` or ``env=truba_lab.env``. Runs beside ``slurm_cluster`` (its own namespaces)."""
+    yield from _started_lab(site="truba")
+
+
+def _started_lab(**shape):
+    """A :class:`slurmlab.SlurmLab` of that shape, started for the fixture and stopped after it (skipped, or
+    failed under CI, where SLURM is missing or the lab cannot start)."""
     from slurmlab import LabError, SlurmLab
 
     missing = SlurmLab.missing()
     if missing:
         _slurm_cannot_run("needs " + "; ".join(missing))
-    lab = SlurmLab(site="truba")
+    lab = SlurmLab(**shape)
     try:
         lab.start()
     except (LabError, OSError) as error:
