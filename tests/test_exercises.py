@@ -694,3 +694,16 @@ def test_the_three_vague_messages_now_say_why(name, engines, lang):
     assert outcome.status == WRONG, outcome.text
     for piece in literal_pieces(key, lang):
         assert piece in outcome.text, (piece, outcome.text)
+
+
+def test_fixed_sbatch_names_too_few_cores_per_gpu(lang):
+    """The seed's --cpus-per-task=8 gives its 3 GPUs 2 cores each; TRUBA's guide asks 16 per GPU on palamut-cuda
+    (gpu.rst:47): the typical answer that fixes everything else is told exactly that, with the number to write."""
+    from ddp_tutorial.exercises.cluster import SBATCH_CODE
+    namespace = {}
+    exec(SBATCH_CODE, namespace)
+    fixed = namespace["fixed_sbatch"]
+    assert "--cpus-per-task=48" in fixed and ex.fixed_sbatch.evaluate(fixed).status == CORRECT
+    outcome = ex.fixed_sbatch.evaluate(fixed.replace("--cpus-per-task=48", "--cpus-per-task=8"))
+    assert outcome.key == "ex.fixed_sbatch.cores", outcome.text
+    assert "--cpus-per-task=48" in outcome.text and "gpu.rst:47" in outcome.text and "palamut-cuda" in outcome.text

@@ -123,7 +123,13 @@ def _grade_sbatch(text):
         fail("ex.fixed_sbatch.number", error=str(error))
     if tasks is not None and per_node is not None and tasks != nodes * per_node:
         fail("ex.fixed_sbatch.tasks", tasks=tasks, nodes=nodes, per_node=per_node)
-    from ..slurm import JobSpec, validate
+    from ..slurm import PROFILES, JobSpec, validate
+    profile = PROFILES.get(options.get("partition", ""))
+    if profile is not None and profile.site is not None and gpus and cpus < gpus * profile.cpus_per_gpu:
+        from .. import sites
+        source = sites.load(profile.site).partitions[profile.partition].source_of("cores_per_gpu")
+        fail("ex.fixed_sbatch.cores", cpus=cpus, gpus=gpus, per_gpu=cpus // gpus, partition=profile.partition,
+             need_per_gpu=profile.cpus_per_gpu, need=gpus * profile.cpus_per_gpu, source=source)
     try:
         per_process = max(1, cpus // max(gpus, 1))
         validate(JobSpec(template="seed", nodes=nodes, gpus_per_node=gpus, cpus_per_process=per_process,
@@ -145,8 +151,10 @@ fixed_sbatch = (SEED_SBATCH
                 # ⟪3. hesabınız ve kuyruğunuz (partition)‖3. your project and partition⟫
                 .replace("<account>", "my-account")
                 .replace("<partition>", "palamut-cuda")
-                .replace("<conda_env>", "ddp"))
-# ⟪4. her işe kendi portu, 12900 değil‖4. a port per job, not 12900⟫
+                .replace("<conda_env>", "ddp")
+                # ⟪4. palamut-cuda: GPU başına 16 CPU çekirdeği, 3 × 16‖4. palamut-cuda: 16 cores per GPU, 3 × 16⟫
+                .replace("--cpus-per-task=8", "--cpus-per-task=48"))
+# ⟪5. her işe kendi portu, 12900 değil‖5. a port per job, not 12900⟫
 fixed_sbatch = re.sub(r"MASTER_PORT=\d+", "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", fixed_sbatch)
 '''
 
