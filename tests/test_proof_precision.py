@@ -37,6 +37,7 @@ def test_the_proof_holds_in_float64_on_every_vector_path_fashion_mnist(capabilit
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # compute-bound: about 60 s on an idle 2-core machine, over 300 s beside 4 busy per core
 def test_the_proof_holds_in_float64_on_genuine_mnist(genuine_mnist_root):
     """MNIST is where float32 broke 08 (4.9e-05 under avx512): the notebooks' own data path. The CPU's own
     path on MNIST is 08 itself, run by nbval in both languages on the same data (scripts/test.sh runs the
