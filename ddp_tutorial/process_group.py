@@ -77,6 +77,10 @@ def check_master_address(env: DistEnv) -> None:
                                 world_size=env.world_size, reason=error.strerror) from None
 
 
+#: torch's whole message when the other end closed the connection during the store's first exchange.
+CLOSED_AT_ONCE = ("broken pipe", "connection reset by peer")
+
+
 def translate(error: BaseException, env: DistEnv, timeout_seconds: float) -> TutorialError:
     """The message for a failed rendezvous, from torch's exception (a pure function of its text and type)."""
     fields = dict(rank=env.rank, world_size=env.world_size, addr=env.master_addr, port=env.master_port)
@@ -88,6 +92,11 @@ def translate(error: BaseException, env: DistEnv, timeout_seconds: float) -> Tut
         return TutorialError("pg.too_many_files", limit=open_files_limit(), rank=env.rank)
     if "ping failed" in lowered or "invalid value returned from server" in lowered:
         return TutorialError("pg.not_torch", addr=env.master_addr, port=env.master_port, rank=env.rank)
+    if isinstance(error, dist.DistNetworkError) and first_line(text).lower() in CLOSED_AT_ONCE:
+        # torch's first message to the store (its ping) met a closed socket: whatever accepted the
+        # connection hung up at once. Against a program that answers in its own protocol (an HTTP
+        # server) this is what torch says most times, "Ping failed" only now and then.
+        return TutorialError("pg.closed_at_once", addr=env.master_addr, port=env.master_port, rank=env.rank)
     if "nccl" in lowered and not isinstance(error, dist.DistStoreError):
         # NCCL's first line is "NCCL error in: …, unhandled system error"; the reason is on "Last error:".
         return TutorialError("pg.nccl_setup", detail=nccl_reason(text), rank=env.rank, world_size=env.world_size)

@@ -126,6 +126,33 @@ def test_a_sigkilled_engine_ends_the_run_in_bounded_time(mnist_root, tmp_path, m
     assert not [p for p in seen["pids"] if alive(p)], "engine or controller processes left behind"
 
 
+def test_an_engine_that_gives_up_registering_is_said_at_once_with_its_reason(monkeypatch):
+    """ipyparallel's engine exits when the controller has not answered its registration in time (5 s by
+    default: a busy machine once left a notebook waiting 120 s for engines that were gone). The engines now
+    wait as long as the kernel; one that exits anyway is said at once, with the reason from its log."""
+    from ddp_tutorial.ipp import engines as es
+    assert "--IPEngine.timeout=120" in es.ENGINE_ARGS
+    monkeypatch.setattr(es, "ENGINE_ARGS", ("--IPEngine.timeout=0.001",))  # a controller far too slow
+    began = time.monotonic()
+    with pytest.raises(TutorialError) as caught:
+        ipp.start(2, device="cpu")
+    assert caught.value.key == "ipp.engine_exited", caught.value
+    assert "Registration timed out" in str(caught.value), caught.value
+    assert time.monotonic() - began < 60, "waited for engines that were gone"
+    assert ipp.current() is None
+
+
+def test_the_engines_wait_for_the_controller_as_long_as_the_kernel_waits_for_them():
+    from ddp_tutorial.ipp import engines as es
+    started = ipp.start(2, device="cpu")
+    try:
+        for pid in started.pids:
+            assert "--IPEngine.timeout=120" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
+    finally:
+        ipp.stop()
+    assert es.current() is None
+
+
 def test_bad_engine_counts_are_refused_before_anything_starts():
     for n in (0, -1, 1.5):
         with pytest.raises(TutorialError, match="engines|motor"):

@@ -176,6 +176,21 @@ def test_an_nccl_setup_error_keeps_nccls_own_reason(text, expected):
         assert error.key == "pg.nccl_setup" and expected in str(error)
 
 
+
+@pytest.mark.parametrize("text,key", [
+    ("Broken pipe", "pg.closed_at_once"),  # torch's usual words against an HTTP server (35 of 40 tries here)
+    ("Connection reset by peer", "pg.closed_at_once"),
+    ("Ping failed, invalid value returned from server. Expected: 16640, Got: 1347703880", "pg.not_torch"),
+])
+def test_a_port_held_by_another_program_is_named_whatever_torch_says(text, key):
+    """The CI run at stop 51 met "Broken pipe" (the other end hung up during torch's ping), which once
+    fell through to the generic message; both of torch's answers now name another program."""
+    import torch.distributed as dist
+    from ddp_tutorial.process_group import translate
+    env = resolve_environment(rank=1, world_size=2, master_addr="127.0.0.1", master_port=29512)
+    error = translate(dist.DistNetworkError(text), env, 30)
+    assert error.key == key and "another program" in str(error) and "29512" in str(error)
+
 # -- D05/D06: SIGUSR1 while a launcher imports torch; B12: a reader that leaves; B09: nothing left ----
 
 @pytest.mark.parametrize("command", [["ddp-tutorial", "train"], ["spawn", "--nproc-per-node", "2"]],
@@ -259,7 +274,7 @@ def test_another_program_on_the_port_is_named(mnist_root):
         stop.set()
         server.close()
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "another program" in done.stderr or "within 20 s" in done.stderr, done.stderr[-2000:]
+    assert "another program" in done.stderr, done.stderr[-2000:]
     assert "Expected: 4235" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 

@@ -18,6 +18,10 @@ from ..i18n import TutorialError, t
 
 
 START_TIMEOUT = 120.0   # seconds for the engines to register with the controller
+# ipyparallel's engine waits 5 s for the controller's answer to its registration, then exits: a controller
+# slowed by a busy machine (a login node, a CI runner) once left a kernel waiting START_TIMEOUT for engines
+# that were long gone. The engines wait as long as the kernel does.
+ENGINE_ARGS = (f"--IPEngine.timeout={START_TIMEOUT:.0f}",)
 
 
 def check_kernel_has_no_cuda() -> None:

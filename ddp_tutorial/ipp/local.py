@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -145,6 +146,37 @@ class LocalEngines(es.EngineSet):
         return None
 
 
+class EngineExited(RuntimeError):
+    """An engine process ended before every engine registered (its log's reason as the text)."""
+
+
+#: An engine log's line that says why: a record at level ERROR or above, or the last line of a traceback.
+WHY = re.compile(r"\b(?:ERROR|CRITICAL|FATAL) \| (\S.*)|^(\w+(?:Error|Exception): .*)")
+
+
+def engine_log_tail(cluster) -> str:
+    """Why an engine of ``cluster`` stopped, as its log says ("Registration timed out after 5.0 seconds",
+    "ModuleNotFoundError: …"), else the log's last line; "" without a log. Read before the cluster is
+    stopped: ipyparallel removes the logs of engines it stops."""
+    import glob
+    profile, cluster_id = getattr(cluster, "profile_dir", ""), getattr(cluster, "cluster_id", "")
+    if not profile or not cluster_id:
+        return ""
+    last, why = "", ""
+    for path in sorted(glob.glob(os.path.join(profile, "log", f"ipengine-{cluster_id}-*.log"))):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            continue
+        last = lines[-1] if lines else last
+        for line in lines:
+            found = WHY.search(line)
+            if found and not why:  # the first reason: what follows it is often its consequence
+                why = found.group(1) or found.group(2)
+    return (why or last)[:300]
+
+
 DEVICES = ("auto", "cuda", "cpu")
 # CPU engines see no GPU (set for them only, never in the kernel): on a 1-GPU session two CPU engines would
 # otherwise both pick cuda:0 by the device rule (ipp.train, 08's train_ddp) and refuse to share it.
@@ -201,7 +233,7 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
             cluster.start_controller_sync()
             time.sleep(cluster.delay or 0)
             environment = {MARKER_VARIABLE: marker, **(CPU_ENGINE_ENVIRONMENT if kind == "cpu" else {})}
-            cluster.start_engines_sync(n, environment=environment)
+            cluster.start_engines_sync(n, environment=environment, engine_args=list(es.ENGINE_ARGS))
             # Guarded from now on: a kernel killed while the engines register takes them along.
             guard = Guard([p.pid for p in _family(cluster)], files=[cluster.cluster_file])
             client = cluster.connect_client_sync()
@@ -210,6 +242,8 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
                 registered[0] = len(client.ids)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{registered[0]} of {n} engines registered")
+                if len(es.still_running([p for p in _family(cluster) if p.pid in es.launcher_pids(cluster)])) < n:
+                    raise EngineExited(engine_log_tail(cluster) or t("ipp.gone"))  # at once, with its reason
                 time.sleep(0.1)
             registered[0] = len(client.ids)
         ids = sorted(client.ids)[:n]
@@ -220,13 +254,16 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
         controller = _family(cluster, engines=False)  # the controller and its schedulers
         guard.update([p.pid for p in processes + controller])
     except BaseException as error:  # the stop button (KeyboardInterrupt) too: stop what was started
+        why = engine_log_tail(cluster)  # before the stop, which removes the engines' logs
         _stop_everything(cluster, client)
         if guard is not None:
             guard.release()
         if not isinstance(error, Exception):
             raise
-        raise TutorialError("ipp.start_failed", n=n, timeout=es.START_TIMEOUT, detail=str(error)[:300],
-                            profile=getattr(cluster, "profile_dir", "~/.ipython")) from None
+        if isinstance(error, EngineExited):
+            raise TutorialError("ipp.engine_exited", detail=str(error)) from None
+        detail = f"{error}; {why}" if why else str(error)
+        raise TutorialError("ipp.start_failed", n=n, timeout=es.START_TIMEOUT, detail=detail[:400]) from None
     engines = LocalEngines(cluster=cluster, client=client, ids=ids, pids=pids, device=kind, processes=processes,
                            guard=guard)
     engines.controller_processes = controller

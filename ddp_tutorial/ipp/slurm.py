@@ -280,7 +280,8 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
         script = run_path / f"ipengines-{cluster.cluster_id}.sbatch"
         try:
             set_id = cluster.start_engines_sync(n, batch_template=template, batch_file_name=str(script),
-                                                submit_command=submit_command(), **engine_command(job.get("python")))
+                                                submit_command=submit_command(), engine_args=list(es.ENGINE_ARGS),
+                                                **engine_command(job.get("python")))
         except subprocess.CalledProcessError:
             batch.check_accepted(script, spec)  # sbatch refused the script: ask it why; say what to change
             raise
