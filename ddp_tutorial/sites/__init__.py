@@ -33,6 +33,8 @@ PARTITION_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_g
 RULE_KEYS = {"gpus_per_node": "site_rule.gpus_per_node", "nodes": "site_rule.nodes",
              "cores_per_gpu": "site_rule.cores_per_gpu", "cores_per_node": "site_rule.cores_per_node",
              "min_cores": "site_rule.min_cores", "gpu_only": "site_rule.gpu_only", "max_time": "site_rule.max_time"}
+#: Who states a rule, by the table's origin (:attr:`Site.origin`).
+SAID_KEYS = {"guide": "site_rule.said_guide", "slurm": "site_rule.said_slurm"}
 
 
 @dataclass(frozen=True)
@@ -91,25 +93,45 @@ class Violation:
     limit: object
     asked: object
     source: str
+    origin: str = "guide"   # the table's origin (Site.origin): who says it, the guide or the cluster's SLURM
 
     @property
     def key(self) -> str:
         """Its catalogue key (``site_rule.cores_per_gpu`` …): the rule, the table's value, the source, what to do."""
         return RULE_KEYS[self.rule]
 
+    def fields_in(self, lang: Optional[str] = None) -> dict:
+        """The message's fields, ``said`` in ``lang``."""
+        return dict(partition=self.partition, limit=self.limit, asked=self.asked, site=self.site, source=self.source,
+                    said=self.said(lang))
+
     @property
     def fields(self) -> dict:
-        return dict(partition=self.partition, limit=self.limit, asked=self.asked, site=self.site, source=self.source)
+        return self.fields_in()
+
+    def said(self, lang: Optional[str] = None) -> str:
+        """Who says the rule: "TRUBA's guide, 2-temel_bilgiler/gpu.rst:46" or "LAB's SLURM, scontrol show
+        partition gpu: MaxTime"."""
+        from ..i18n import t
+        return t(SAID_KEYS[self.origin], lang, site=self.site, source=self.source)
 
     def text(self, lang: Optional[str] = None) -> str:
         """"akya-cuda: at least 10 cores per GPU (TRUBA's guide, 2-temel_bilgiler/gpu.rst:46); this job asks 4. …"."""
         from ..i18n import t
-        return t(self.key, lang, **self.fields)
+        return t(self.key, lang, **self.fields_in(lang))
 
     def error(self):
-        """The :class:`~ddp_tutorial.i18n.TutorialError` that refuses the job in these words."""
+        """The :class:`~ddp_tutorial.i18n.TutorialError` that refuses the job in these words (in any language:
+        its ``text(lang)`` says who states the rule in ``lang`` too)."""
         from ..i18n import TutorialError
-        return TutorialError(self.key, **self.fields)
+
+        violation = self
+
+        class RuleError(TutorialError):
+            def text(self, lang: Optional[str] = None) -> str:
+                return violation.text(lang)
+
+        return RuleError(self.key, **self.fields)
 
     def __str__(self) -> str:
         return self.text()
@@ -139,6 +161,27 @@ class Site:
         """The name a message uses (``TRUBA``)."""
         return self.raw.get("site", {}).get("short", self.name.upper())
 
+    @property
+    def origin(self) -> str:
+        """Where the table's values come from: ``"guide"`` (the centre's written guide, ``[guide]``) or
+        ``"slurm"`` (read from the cluster by ``ddp-tutorial site derive``, ``[derived]``; each source is the
+        command and field, ``"scontrol show partition gpu: MaxTime"``)."""
+        return "slurm" if "derived" in self.raw and "guide" not in self.raw else "guide"
+
+    @property
+    def default_partition(self) -> Optional[str]:
+        """The partition marked ``default = true`` (SLURM's ``Default=YES``), else ``None``."""
+        return next((name for name, table in self.raw.get("partitions", {}).items() if table.get("default")), None)
+
+    def to_fill(self) -> Dict[str, Tuple[str, ...]]:
+        """The fields a person must still fill or confirm, by table (``"login"``, ``"partitions.gpu"``, ``"day"``):
+        each table's ``to_fill`` list (a derived table marks what SLURM cannot tell this way)."""
+        found = {name: tuple(table["to_fill"]) for name, table in self.raw.items()
+                 if isinstance(table, dict) and table.get("to_fill")}
+        found.update({f"partitions.{name}": tuple(table["to_fill"])
+                      for name, table in self.raw.get("partitions", {}).items() if table.get("to_fill")})
+        return found
+
     def check_job(self, partition: str, *, nodes: int, gpus_per_node: int, cores_per_node: int,
                   time: Optional[str] = None) -> List[Violation]:
         """The rules of ``partition`` that a job of ``nodes`` × (``gpus_per_node`` GPUs, ``cores_per_node``
@@ -152,7 +195,8 @@ class Site:
         found: List[Violation] = []
 
         def broken(rule: str, limit, asked, field_name: Optional[str] = None) -> None:
-            found.append(Violation(self.short_name, partition, rule, limit, asked, p.source_of(field_name or rule)))
+            found.append(Violation(self.short_name, partition, rule, limit, asked, p.source_of(field_name or rule),
+                                   self.origin))
 
         if p.gpus_per_node is not None and gpus_per_node > p.gpus_per_node:
             broken("gpus_per_node", p.gpus_per_node, gpus_per_node)

@@ -124,6 +124,12 @@ class SlurmLab:
         self.login_host: Optional[str] = None
         #: per node, slurm.conf's extra words (a site lab: RealMemory from the table, Features=<its partition>)
         self.node_extra: Dict[str, str] = {}
+        #: per node, its GPUs' GRES type (a site lab: the table's GPU model, ``v100``); absent: untyped
+        self.gres_type: Dict[str, str] = {}
+        #: per partition, slurm.conf's extra words (a site lab: DefMemPerCPU from the table)
+        self.partition_extra: Dict[str, str] = {}
+        #: the default partition (``Default=YES``); None: the first
+        self.default_partition: Optional[str] = None
         if site is None:
             if not 1 <= nodes <= 9:
                 raise ValueError("nodes must be 1..9")
@@ -171,14 +177,25 @@ class SlurmLab:
                 prefix = re.sub(r"[^a-z0-9]", "", name)
             prefixes.add(prefix)
             nodes = [f"{prefix}{i}" for i in range(1, count + 1)]
-            for node in nodes:
+            # the node types -C picks within the partition (kolyoz-cuda's H100 / H200), and the GPU models its
+            # table names ("H100 80 GB / H200 141 GB, sm_90" → h100, h200): node i gets the i-th, in turn
+            kinds = [c for c in part.constraints if c not in table.partitions]
+            models = [m.lower() for m in re.findall(r"\b([A-Za-z]{1,2}\d{2,4}[A-Za-z]?)\b", (part.gpu or "").split(",")[0])]
+            for i, node in enumerate(nodes):
                 self.node_names.append(node)
                 self.node_cpus[node] = part.cores_per_node or self.cpus_per_node
                 self.node_gpus[node] = part.gpus_per_node or 0
                 memory = f" RealMemory={part.memory_gb * 1024}" if part.memory_gb else ""
-                self.node_extra[node] = f"{memory} Features={name}"  # debug's -C akya-cuda / -C barbun
+                features = ",".join([name] + ([kinds[i % len(kinds)]] if kinds else []))
+                self.node_extra[node] = f"{memory} Features={features}"  # debug's -C akya-cuda / -C barbun
+                if models and self.node_gpus[node]:
+                    self.gres_type[node] = models[i % len(models)]  # Gres=gpu:v100:4; --gres=gpu:1 still fits
             self.partitions[name] = nodes
             self.max_time[name] = part.max_time or "INFINITE"
+        for name in self.partitions:  # what a job without --mem gets per core, as the site's SLURM says
+            mem = table.partitions[name].mem_per_core_mb
+            self.partition_extra[name] = f" DefMemPerCPU={mem}" if mem else ""
+        self.default_partition = table.default_partition or ("debug" if "debug" in self.partitions else None)
         if "debug" in self.partitions:
             self.partitions["debug"] = list(self.node_names)
         hosts = table.raw.get("login", {}).get("hosts", [])
@@ -290,21 +307,23 @@ GresTypes=gpu
             gpus = self.node_gpus[node]
             conf += f"NodeName={node} NodeAddr={SUBNET}.{i} CPUs={self.node_cpus[node]}"
             conf += self.node_extra.get(node, "")
-            conf += f" Gres=gpu:{gpus}\n" if gpus else "\n"
+            kind = self.gres_type.get(node)
+            conf += f" Gres=gpu:{kind + ':' if kind else ''}{gpus}\n" if gpus else "\n"
             if gpus:
                 files = f"{lab}/fakegpu/nvidia[0-{gpus - 1}]" if gpus > 1 else f"{lab}/fakegpu/nvidia0"
-                gres.append(f"NodeName={node} Name=gpu File={files}")
-        for k, (part, nodes) in enumerate(self.partitions.items()):
+                gres.append(f"NodeName={node} Name=gpu{' Type=' + kind if kind else ''} File={files}")
+        default = self.default_partition or next(iter(self.partitions))
+        for part, nodes in self.partitions.items():
             members = "ALL" if nodes == self.node_names else ",".join(nodes)
-            conf += (f"PartitionName={part} Nodes={members} Default={'YES' if k == 0 else 'NO'}"
-                     f" MaxTime={self.max_time[part]} State=UP\n")
+            conf += (f"PartitionName={part} Nodes={members} Default={'YES' if part == default else 'NO'}"
+                     f" MaxTime={self.max_time[part]}{self.partition_extra.get(part, '')} State=UP\n")
         if self.site is not None:
             # the site's rules at submit: job_submit.lua beside slurm.conf (tests/helpers/job_submit.py)
             import job_submit
 
             conf += "JobSubmitPlugins=lua\n"
             self.path("etc", "job_submit.lua").write_text(
-                job_submit.lua(self.site, list(self.partitions), default=next(iter(self.partitions))))
+                job_submit.lua(self.site, list(self.partitions), default=default))
         self.path("etc", "slurm.conf").write_text(conf)
         self.path("etc", "gres.conf").write_text("\n".join(gres) + "\n")
         login = f" {self.login_host}" if self.login_host else ""
