@@ -1,4 +1,4 @@
-"""The class rehearsal for a whole class (issue 45 item 4): N attendees at once on a SLURM lab in TRUBA's shape.
+"""The class rehearsal for a whole class (issue 45 item 4): N attendees at once on a SLURM lab in a site's shape.
 
 The same code as ``tests/test_class_rehearsal.py`` (N = 4 there; ``tests/helpers/classroom.py``): N real
 non-root users, each with a home (700) and a clone, start a session with ``sbatch slurm/lab.sbatch``, submit
@@ -7,10 +7,15 @@ sessions, refusals, 05's jobs (state, waits, drain time), ports held by two user
 
     sudo .venv/bin/python scripts/rehearse_class.py --attendees 30
     sudo .venv/bin/python scripts/rehearse_class.py --attendees 8 --json /tmp/class-8.json
+    sudo .venv/bin/python scripts/rehearse_class.py --attendees 4 --site tests/data/sites/other.toml
 
-Needs root, setpriv, useradd and the SLURM lab's packages (tests/helpers/slurmlab.py). The lab has at most
-9 nodes: for 30 attendees 3 session nodes (debug) and 6 GPU nodes (akya-cuda), so not every 05 job runs at
-once. Memory: about 1.5 GB per running 05 job here. Every user is removed at the end, on failure too.
+The site's table (``--site``: a shipped site's name or a TOML file in truba.toml's format, such as one that
+``ddp-tutorial site derive`` wrote and a person completed; default TRUBA's) gives the lab's shape and the day:
+its ``[day]`` session (partition, cores, time) and 05's job (partition, nodes, GPUs, time), the partitions'
+cores, GPUs and rules. For TRUBA and 30 attendees: 3 session nodes and as many nodes of the day's job
+partition as memory allows (the lab has at most 16 nodes), so not every 05 job runs at once. Needs root,
+setpriv, useradd and the SLURM lab's packages (tests/helpers/slurmlab.py). Memory: about 1.5 GB per running
+05 job here. Every user is removed at the end, on failure too.
 Exit code 0 when the class passed (nothing refused, every 05 job COMPLETED with its accuracy line, no port
 held by two users, nothing left), 1 otherwise.
 """
@@ -30,6 +35,21 @@ sys.path.insert(0, str(REPO))
 from classroom import run_class, write_numbers  # noqa: E402
 
 
+def load_site(name: str):
+    """``--site``'s table, with the day the rehearsal needs (``[day]`` and its two partitions)."""
+    from ddp_tutorial import sites
+    site = sites.load(name)
+    day = site.section("day")
+    missing = [key for key in ("session_partition", "session_cores", "session_time", "job_partition", "job_nodes",
+                               "job_gpus_per_node", "job_time") if key not in day]
+    if missing:
+        raise ValueError(f"its [day] table has no {', '.join(missing)}: fill them (truba.toml's [day] shows each)")
+    unknown = [day[key] for key in ("session_partition", "job_partition") if day[key] not in site.partitions]
+    if unknown:
+        raise ValueError(f"[day] names {', '.join(unknown)}, not a partition of the table")
+    return site
+
+
 def verdict(numbers: dict) -> list:
     """What went wrong in a rehearsal, one line each (empty: the class passed)."""
     wrong = list(numbers["refused"])
@@ -37,7 +57,7 @@ def verdict(numbers: dict) -> list:
               for user, tail in numbers["sessions_failed"].items()]
     wrong += numbers["session_access"]
     for user, job in numbers["lab_jobs"].items():
-        if job["Partition"] != "debug" or job["Reservation"] not in ("", "(null)"):
+        if job["Partition"] != numbers["session_partition"] or job["Reservation"] not in ("", "(null)"):
             wrong.append(f"session {user} in {job['Partition']}/{job['Reservation']}")
     for job_id, job in numbers["fifth_jobs"].items():
         if job["state"] != "COMPLETED" or not job["accuracy_line"]:
@@ -58,27 +78,35 @@ def main(argv=None) -> int:
     parser.add_argument("--attendees", type=int, default=30, help="how many attendees (default 30)")
     parser.add_argument("--train-subset", type=int, default=512, help="images each 05 job trains on (default 512)")
     parser.add_argument("--json", type=Path,
-                        help="where the numbers go (default tests/artifacts/class-rehearsal-N.json)")
-    parser.add_argument("--gpu-nodes", type=int,
-                        help="akya-cuda nodes of the reservation (default: every 05 job at once, as memory allows)")
+                        help="where the numbers go (default tests/artifacts/class-rehearsal-N.json; another "
+                             "site's name before -N)")
+    parser.add_argument("--site", default="truba",
+                        help="the site's table: a shipped site's name or a TOML file (default truba)")
+    parser.add_argument("--gpu-nodes", type=int, help="nodes of the day's job partition in the reservation "
+                        "(default: every 05 job at once, as memory allows)")
     parser.add_argument("--venv", type=Path, help="the class environment (default: the checkout's .venv if every user "
                         "can run it, else one built over /usr/bin/python3 that reads its packages)")
     parser.add_argument("--export", action="append", default=[], metavar="NAME=VALUE",
                         help="one more variable in every attendee's environment ({reservation}: the class "
-                             "reservation's name), e.g. the old kit's SBATCH_PARTITION=akya-cuda")
+                             "reservation's name), e.g. the old kit's SBATCH_PARTITION=<the day's job partition>")
     args = parser.parse_args(argv)
     if any("=" not in pair for pair in args.export):
         parser.error("--export NAME=VALUE")
     if not 1 <= args.attendees <= 99:
         parser.error(f"--attendees {args.attendees}: from 1 to 99")
     try:
+        site = load_site(args.site).name
+    except (OSError, ValueError, KeyError) as error:
+        parser.error(f"--site {args.site}: {error}")
+    try:
         numbers = run_class(args.attendees, train_subset=args.train_subset, gpu_nodes=args.gpu_nodes, venv=args.venv,
-                            extra_env=dict(pair.split("=", 1) for pair in args.export),
+                            extra_env=dict(pair.split("=", 1) for pair in args.export), site=args.site,
                             say=lambda line: print(line, flush=True))
     except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as error:
         print(f"!! the rehearsal stopped: {error}")
         return 1
-    path = args.json or REPO / "tests" / "artifacts" / f"class-rehearsal-{args.attendees}.json"
+    stem = "class-rehearsal" if args.site == "truba" else f"class-rehearsal-{site}"
+    path = args.json or REPO / "tests" / "artifacts" / f"{stem}-{args.attendees}.json"
     write_numbers(numbers, path)
     print(json.dumps({k: v for k, v in numbers.items() if k not in ("lab_jobs", "fifth_jobs")}, ensure_ascii=False))
     print(f"numbers: {path}")

@@ -52,6 +52,20 @@ def truba_lab():
     yield from _started_lab(site="truba")
 
 
+#: The second site shape (issue 46 item 3): a made-up university cluster's table, unlike TRUBA on purpose.
+OTHER_SITE = Path(__file__).resolve().parent / "data" / "sites" / "other.toml"
+OTHER_SHAPE = {"cpu": 1, "gpu-l40": 2, "gpu-a100": 1}
+
+
+@pytest.fixture(scope="session")
+def other_lab():
+    """A started :class:`slurmlab.SlurmLab` in the shape of tests/data/sites/other.toml (``ANKARA-HPC``): cpu1
+    (cpu: 48 cores, the default partition, at least 8 cores per job, 7 days), gpu1–gpu2 (gpu-l40: 32 cores,
+    2 L40S typed ``l40s``, 16 cores per GPU, 1 day), gpua1001 (gpu-a100: 64 cores, 8 A100, 2 days); no debug
+    partition; its job_submit.lua; the login node ``hpc-login1``."""
+    yield from _started_lab(site=str(OTHER_SITE), shape=OTHER_SHAPE)
+
+
 def _started_lab(**shape):
     """A :class:`slurmlab.SlurmLab` of that shape, started for the fixture and stopped after it (skipped, or
     failed under CI, where SLURM is missing or the lab cannot start)."""

@@ -3,9 +3,11 @@
 Issue 45 item 4 (shared/reviews/class-day.md §2, rebuilt as code). Used by ``tests/test_class_rehearsal.py``
 (N = 4) and ``scripts/rehearse_class.py`` (N = 30); both run :func:`rehearse`.
 
-* :func:`class_lab` — the rule-enforcing lab in TRUBA's shape (``SlurmLab(site="truba")``: its partitions,
-  akya-cuda's 40 cores and 4 GPUs, debug's 4 h, the job_submit.lua) sized for the class: barbun nodes for
-  the sessions, akya-cuda nodes for the class reservation. The test uses the suite's ``truba_lab``.
+* :func:`class_lab` — the rule-enforcing lab in the site's shape (``SlurmLab(site=...)``, TRUBA's by default:
+  its partitions, cores, GPUs, time limits and job_submit.lua) sized for the class from the table's ``[day]``:
+  nodes of the session partition for the sessions (where that partition spans mixed nodes, as TRUBA's debug,
+  the smallest CPU node type: barbun), nodes of the day's job partition (akya-cuda) for the class
+  reservation. The test uses the suite's ``truba_lab``; tests/test_site_shape2.py a lab from another table.
 * :func:`class_environment` — ``/work/main/.venv`` if another user can run its Python; else (its Python
   links into a private home, review P1) a venv over the machine's world-readable ``/usr/bin/python3``
   that reads the checkout's venv's packages (a ``.pth`` line), the same packages, built in seconds.
@@ -57,6 +59,26 @@ URL_LINES = re.compile(r"ssh -N -L (\d+):(\S+):\1 (\S+)@\S+\n== (?:then open the
 # ---------------------------------------------------------------------- the lab in the site's shape
 #: memory one running 05 job takes here, both halves (class-day.md §2: 1.45–1.72 GB PSS)
 JOB_MEMORY_GB = 1.5
+#: the site whose table the class follows when none is named (``run_class(site=...)``, ``--site``)
+DEFAULT_SITE = "truba"
+
+
+def class_site(site: str = DEFAULT_SITE):
+    """The site table the class follows: a shipped site's name or a TOML file (:func:`ddp_tutorial.sites.load`)."""
+    from ddp_tutorial import sites
+    return sites.load(str(site))
+
+
+def session_nodes_partition(site) -> str:
+    """The partition whose nodes hold the day's sessions: ``[day] session_partition`` when the table gives its
+    nodes' cores; else (a partition over mixed node types, TRUBA's debug) the CPU partition with the smallest
+    nodes among those the table sizes."""
+    day = site.section("day")
+    own = site.partitions[day["session_partition"]]
+    if own.cores_per_node:
+        return own.name
+    cpu = [p for p in site.partitions.values() if p.cores_per_node and not p.gpus_per_node]
+    return min(cpu, key=lambda p: p.cores_per_node).name
 
 
 def _available_gb() -> float:
@@ -66,33 +88,36 @@ def _available_gb() -> float:
     return 0.0
 
 
-def gpu_nodes_for(attendees: int, limit: int) -> int:
-    """akya-cuda nodes for the class reservation: enough for every 05 job at once (1 GPU and 10 cores per
-    node each, the site's [day]), at most ``limit``, and no more than this machine's free memory runs."""
-    from ddp_tutorial import sites
-    site = sites.load("truba")
-    day, akya = site.section("day"), site.partitions["akya-cuda"]
-    per_node = min(akya.gpus_per_node // day["job_gpus_per_node"],
-                   akya.cores_per_node // (akya.cores_per_gpu * day["job_gpus_per_node"]))
+def gpu_nodes_for(attendees: int, limit: int, site=None) -> int:
+    """Nodes of the day's job partition for the class reservation: enough for every 05 job at once (the
+    site's [day]: TRUBA's 1 GPU and 10 cores per node each on akya-cuda), at most ``limit``, and no more
+    than this machine's free memory runs."""
+    site = site or class_site()
+    day = site.section("day")
+    part = site.partitions[day["job_partition"]]
+    per_node = min(part.gpus_per_node // day["job_gpus_per_node"],
+                   part.cores_per_node // ((part.cores_per_gpu or 1) * day["job_gpus_per_node"]))
     wanted = -(-attendees * day["job_nodes"] // per_node)
     by_memory = int(max(0.0, _available_gb() - 4) // (JOB_MEMORY_GB / day["job_nodes"] * per_node))
     return max(day["job_nodes"], min(wanted, limit, by_memory))
 
 
-def class_lab(attendees: int, gpu_nodes: Optional[int] = None) -> SlurmLab:
-    """The rule-enforcing lab in TRUBA's shape (``SlurmLab(site="truba")``) sized for a class: barbun nodes
-    for the sessions (``debug`` spans every node; 4 cores each), akya-cuda nodes for the reservation."""
-    from ddp_tutorial import sites
-    site = sites.load("truba")
-    day, barbun = site.section("day"), site.partitions["barbun"]
-    sessions = max(1, -(-attendees * day["session_cores"] // barbun.cores_per_node))
-    gpus = gpu_nodes or gpu_nodes_for(attendees, 16 - sessions)
-    return SlurmLab(site="truba", shape={"akya-cuda": gpus, "barbun": sessions})
+def class_lab(attendees: int, gpu_nodes: Optional[int] = None, site: str = DEFAULT_SITE) -> SlurmLab:
+    """The rule-enforcing lab in ``site``'s shape (``SlurmLab(site=site)``) sized for a class: nodes for the
+    sessions (:func:`session_nodes_partition`; the day's session cores each), nodes of the day's job
+    partition for the reservation."""
+    table = class_site(site)
+    day = table.section("day")
+    holder = session_nodes_partition(table)
+    sessions = max(1, -(-attendees * day["session_cores"] // table.partitions[holder].cores_per_node))
+    gpus = gpu_nodes or gpu_nodes_for(attendees, 16 - sessions, table)
+    return SlurmLab(site=str(site), shape={holder: sessions, day["job_partition"]: gpus})
 
 
-def reserved_nodes(lab: SlurmLab, attendees: int) -> List[str]:
-    """The lab's akya-cuda nodes the class reservation takes (the sessions run on the others)."""
-    nodes = lab.partitions["akya-cuda"]
+def reserved_nodes(lab: SlurmLab, attendees: int, site=None) -> List[str]:
+    """The lab's nodes of the day's job partition (TRUBA: akya-cuda) that the class reservation takes (the
+    sessions run on the others)."""
+    nodes = lab.partitions[(site or class_site()).section("day")["job_partition"]]
     others = [n for n in lab.node_names if n not in nodes]
     return nodes if others else nodes[:max(2, len(nodes) // 2)]
 
@@ -223,9 +248,13 @@ class Classroom:
     """N attendees on ``lab``; a context manager whose end removes the users whatever happened."""
 
     def __init__(self, lab: SlurmLab, attendees: int, venv: Path, data_root: str, reservation: str,
-                 extra_env: Optional[Dict[str, str]] = None):
+                 extra_env: Optional[Dict[str, str]] = None, site_file: Optional[str] = None):
         self.lab, self.venv, self.data_root, self.reservation = lab, venv, data_root, reservation
         self.extra_env = dict(extra_env or {})
+        #: the class's site (DDP_TUTORIAL_SITE): a shipped site's name or a TOML file every attendee can read;
+        #: None: the default, TRUBA's, with no DDP_TUTORIAL_SITE (as the class day has it)
+        self.site_file = site_file
+        self.site = class_site(site_file or DEFAULT_SITE)
         self.count = attendees
         self.tag = secrets.token_hex(2)
         self.attendees: List[Attendee] = []
@@ -263,22 +292,27 @@ class Classroom:
             self.attendees.append(Attendee(name, entry.pw_uid, entry.pw_gid, home, "tr" if i % 2 else "en"))
 
     def environment(self, a: Attendee) -> Dict[str, str]:
-        """The attendee's login environment: the lab's clients, and the class's variables (never SBATCH_*)."""
+        """The attendee's login environment: the lab's clients, and the class's variables (never SBATCH_*):
+        the profile and GPUs of the site's [day] job, the class's account and reservation, and the site's
+        table (DDP_TUTORIAL_SITE) where it is not the default one."""
+        day = self.site.section("day")
+        site = {"DDP_TUTORIAL_SITE": self.site_file} if self.site_file else {}
         return {
             "HOME": str(a.home), "USER": a.name, "LOGNAME": a.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
             "PATH": f"{self.lab.path('bin')}:/usr/local/bin:/usr/bin:/bin",
             "SLURM_CONF": self.lab.env["SLURM_CONF"],
             "DDP_TUTORIAL_LANG": a.lang, "DDP_TUTORIAL_VENV": str(self.venv),
             "DDP_TUTORIAL_ROOT": self.data_root, "DDP_TUTORIAL_DATASET": "mnist",
-            "DDP_TUTORIAL_SLURM_PROFILE": "akya-cuda", "DDP_TUTORIAL_SLURM_GPUS": "1",
-            "DDP_TUTORIAL_SLURM_ACCOUNT": ACCOUNT, "DDP_TUTORIAL_SLURM_RESERVATION": self.reservation,
+            "DDP_TUTORIAL_SLURM_PROFILE": day["job_partition"],
+            "DDP_TUTORIAL_SLURM_GPUS": str(day["job_gpus_per_node"]),
+            "DDP_TUTORIAL_SLURM_ACCOUNT": ACCOUNT, "DDP_TUTORIAL_SLURM_RESERVATION": self.reservation, **site,
             **{k: v.replace("{reservation}", self.reservation) for k, v in self.extra_env.items()},
         }
 
     def as_user(self, a: Attendee, script: str, timeout: float = 120,
                 extra: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-        """``bash -c script`` as the attendee on the lab's login node (``arf-ui1`` in the site's lab), from
-        their home."""
+        """``bash -c script`` as the attendee on the lab's login node (the site's first login host: TRUBA's
+        ``arf-ui1``), from their home."""
         env = [f"{k}={v}" for k, v in {**self.environment(a), **(extra or {})}.items()]
         argv = self.lab.login_command(["setpriv", f"--reuid={a.uid}", f"--regid={a.gid}", "--init-groups",
                                        "env", "-i", *env, "bash", "-c", f"cd && {script}"])
@@ -423,9 +457,10 @@ def fifth_job(environ, run_dir: Path, python: str, train_subset: int):
     """05's job in the class's shape, as the attendee's kernel builds it (05's cells [2] and [4]): the
     profile from DDP_TUTORIAL_SLURM_PROFILE, GPUs from DDP_TUTORIAL_SLURM_GPUS, account and reservation
     from the class's DDP_TUTORIAL_SLURM_ACCOUNT / _RESERVATION, nodes and time from the site's [day].
-    Where the package has the class's own job function (``slurm.class_job``), that builds it."""
+    Where the package has the class's own job function (``slurm.class_job``), that builds it. The site is
+    DDP_TUTORIAL_SITE's, else TRUBA's."""
     from ddp_tutorial import sites, slurm
-    day = sites.load("truba").section("day")
+    day = (sites.current(environ) or class_site()).section("day")
     name = slurm.workshop_profile(environ)
     common = dict(template="seed", nodes=day["job_nodes"], time=day["job_time"], job_name="ddp-seed",
                   dataset=environ.get("DDP_TUTORIAL_DATASET", "mnist"), root=environ["DDP_TUTORIAL_ROOT"],
@@ -547,21 +582,39 @@ def session_access(room: Classroom, owner: Attendee, other: Attendee) -> List[st
     return wrong
 
 
+#: slurm/lab.sbatch's own #SBATCH lines that make the day's session: [day] field → the line's option
+SESSION_LINES = {"session_partition": "--partition", "session_cores": "--cpus-per-task", "session_time": "--time"}
+
+
+def session_command(site) -> str:
+    """How an attendee starts the day's session (``[day]``): the kit's ``sbatch slurm/lab.sbatch`` where its
+    #SBATCH lines are that session (TRUBA: debug, 4 cores, 03:00:00), else with the site's partition, cores and
+    time on the command line, as lab.sbatch's header says for another site (sbatch's options win over the lines)."""
+    lines = dict(re.findall(r"(?m)^#SBATCH (--[a-z-]+)=(\S+)", (REPO / "slurm" / "lab.sbatch").read_text()))
+    day = site.section("day")
+    options = "".join(f" {option}={day[key]}" for key, option in SESSION_LINES.items()
+                      if lines.get(option) != str(day[key]))
+    return f"sbatch --parsable{options} slurm/lab.sbatch"
+
+
 def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print) -> dict:
     """The day for every attendee at once (class-day.md §2): sessions, 05's jobs in the reservation, the
     drain, the end of day. Returns the numbers; the caller asserts on them."""
     n = len(room.attendees)
-    numbers: dict = {"attendees": n, "venv": str(room.venv), "refused": [], "lab_jobs": {}, "fifth_jobs": {}}
+    day = room.site.section("day")
+    numbers: dict = {"attendees": n, "venv": str(room.venv), "site": room.site.name,
+                     "session_partition": day["session_partition"], "job_partition": day["job_partition"],
+                     "session_command": session_command(room.site), "refused": [], "lab_jobs": {}, "fifth_jobs": {}}
     refusal_words = ["Batch job submission failed", "error:"]
     if getattr(lab, "site", None) is not None:  # the job_submit.lua's words, for each partition's rules
         import job_submit
         refusal_words += [line for part in lab.partitions
                           for line in job_submit.words(lab.site, lab.site.partitions[part]).values()]
     with PortSampler(lab, room.uids) as ports, ThreadPoolExecutor(max_workers=n) as pool:
-        # 09:00 — every attendee: cd ~/ddp-tutorial && sbatch slurm/lab.sbatch
+        # 09:00 — every attendee: cd ~/ddp-tutorial && sbatch slurm/lab.sbatch (+ the site's session options)
         def start(a: Attendee):
             a.lab_submitted = time.monotonic()
-            proc = room.as_user(a, "cd ~/ddp-tutorial && sbatch --parsable slurm/lab.sbatch")
+            proc = room.as_user(a, f"cd ~/ddp-tutorial && {numbers['session_command']}")
             if proc.returncode != 0 or any(w in proc.stderr for w in refusal_words):
                 numbers["refused"].append(f"{a.name} lab.sbatch ({proc.returncode}): {proc.stderr.strip()}")
                 return
@@ -688,16 +741,25 @@ def rehearse(lab: SlurmLab, room: Classroom, train_subset: int = 512, say=print)
 
 def run_class(attendees: int, train_subset: int = 512, say=print, lab: Optional[SlurmLab] = None,
               gpu_nodes: Optional[int] = None, venv: Optional[Path] = None,
-              extra_env: Optional[Dict[str, str]] = None) -> dict:
+              extra_env: Optional[Dict[str, str]] = None, site: str = DEFAULT_SITE) -> dict:
     """Everything: the lab (unless given: a site lab such as the ``truba_lab`` fixture), the class
     environment, the users, the reservation, the day. The scratch folder (the class environment, if one is
     built) is one every user can enter; it is removed after, as the users and the reservation are.
     ``venv`` and ``extra_env`` (added to every attendee's environment; ``{reservation}`` in a value is the
-    class reservation's name) rehearse a variant: another class environment, the old kit's SBATCH_* lines."""
+    class reservation's name) rehearse a variant: another class environment, the old kit's SBATCH_* lines.
+    ``site``: the site table the day follows (a shipped site's name, or a TOML file: copied into the scratch
+    folder for the attendees to read, and named to them by DDP_TUTORIAL_SITE); a given ``lab`` must have
+    that table's day partitions."""
     scratch = Path(tempfile.mkdtemp(prefix="ddp-classroom-"))
     own_lab = lab is None
     try:
         scratch.chmod(0o755)
+        table = class_site(site)
+        site_file = None if site == DEFAULT_SITE else site  # a shipped site's name: DDP_TUTORIAL_SITE=<name>
+        if str(site).endswith(".toml") or os.sep in str(site):  # a file: a copy every attendee can read
+            site_file = str(scratch / "site.toml")
+            shutil.copyfile(site, site_file)
+            os.chmod(site_file, 0o644)
         venv, how = (venv, f"{venv} (given)") if venv else class_environment(scratch / "class-venv")
         say(f"class environment: {how}")
         data_root = os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data")
@@ -706,11 +768,12 @@ def run_class(attendees: int, train_subset: int = 512, say=print, lab: Optional[
             raise RuntimeError(f"the data root {data_root} (DDP_TUTORIAL_ROOT) is not readable by another user: "
                                "give the class a data root every attendee can read")
         if own_lab:
-            lab = class_lab(attendees, gpu_nodes).start()
-            say("lab in TRUBA's shape: " + ", ".join(f"{part} {', '.join(nodes)}" for part, nodes
-                                                       in lab.partitions.items() if part != "debug")
-                + f"; debug over every node; up in {lab.start_seconds:.1f} s")
-        return _run_class(lab, attendees, venv, data_root, train_subset, say, extra_env)
+            lab = class_lab(attendees, gpu_nodes, site).start()
+            say(f"lab in {table.short_name}'s shape: " + ", ".join(f"{part} {', '.join(nodes)}" for part, nodes
+                                                                  in lab.partitions.items() if part != "debug")
+                + ("; debug over every node" if "debug" in lab.partitions else "")
+                + f"; up in {lab.start_seconds:.1f} s")
+        return _run_class(lab, attendees, venv, data_root, train_subset, say, extra_env, site_file)
     finally:
         if own_lab and lab is not None:
             lab.stop()
@@ -718,15 +781,17 @@ def run_class(attendees: int, train_subset: int = 512, say=print, lab: Optional[
 
 
 def _run_class(lab: SlurmLab, attendees: int, venv: Path, data_root: str, train_subset: int, say,
-               extra_env) -> dict:
+               extra_env, site_file: Optional[str] = None) -> dict:
     began = time.monotonic()
     reservation = f"class-{secrets.token_hex(2)}"
-    nodes = reserved_nodes(lab, attendees)
-    with Classroom(lab, attendees, venv, data_root, reservation, extra_env) as room:
+    site = class_site(site_file or DEFAULT_SITE)
+    partition = site.section("day")["job_partition"]
+    nodes = reserved_nodes(lab, attendees, site)
+    with Classroom(lab, attendees, venv, data_root, reservation, extra_env, site_file) as room:
         say(f"{attendees} users with homes (700) and clones in {time.monotonic() - began:.1f} s")
         lab.run(["scontrol", "create", "reservation", f"ReservationName={reservation}", "StartTime=now",
                  "Duration=02:00:00", f"Nodes={','.join(nodes)}",
-                 f"Users={','.join(a.name for a in room.attendees)}", "PartitionName=akya-cuda"])
+                 f"Users={','.join(a.name for a in room.attendees)}", f"PartitionName={partition}"])
         try:
             numbers = rehearse(lab, room, train_subset=train_subset, say=say)
         finally:
