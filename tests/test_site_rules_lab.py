@@ -91,7 +91,7 @@ def test_lab_has_the_sites_shape(truba_lab):
     lab = truba_lab
     rows = lab.run(["sinfo", "-h", "-N", "-o", "%N %P %c %G %l"]).stdout.split("\n")
     got = sorted(tuple(r.split()) for r in rows if r.strip())
-    want = sorted([(f"akya{i}", p, "40", "gpu:4", t) for i in range(1, 5)
+    want = sorted([(f"akya{i}", p, "40", "gpu:v100:4", t) for i in range(1, 5)  # typed: the table names the GPU
                    for p, t in (("debug*", "4:00:00"), ("akya-cuda", "3-00:00:00"))]
                   + [("barbun1", "debug*", "40", "(null)", "4:00:00"),
                      ("barbun1", "barbun", "40", "(null)", "3-00:00:00")])

@@ -1,7 +1,9 @@
-"""``ddp-tutorial site show|plan``: a site's table with its sources, and the workshop day computed from it.
+"""``ddp-tutorial site show|plan|derive``: a site's table with its sources, the workshop day computed from it,
+and a new site's table read from its SLURM.
 
     ddp-tutorial site show --site truba            # every value with the guide's file:line
     ddp-tutorial site plan --site truba --attendees 30 [--pairs]
+    ddp-tutorial site derive [--output FILE] [--name NAME] [--force] [--timeout SECONDS]   # on a login node
 
 ``--site`` defaults to ``$DDP_TUTORIAL_SITE``, else ``truba``; it is a shipped site's name or a TOML file.
 No torch import: this runs on a login node.
@@ -10,11 +12,16 @@ No torch import: this runs on a login node.
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+import time
+from pathlib import Path
 from typing import List, Optional
 
 from ..day_plan import ACCOUNT_KEYS
-from ..i18n import TutorialError, language, t, whole_number
-from . import SITE_VARIABLE, Site, current, load, names
+from ..i18n import TutorialError, language, number, t, whole_number
+from . import SITE_VARIABLE, Site, current, load, load_file, names
+from .derive import TIMEOUT_S
 
 #: The partition fields ``site show`` prints, in this order, with their labels' catalogue keys.
 FIELD_KEYS = {"nodes": "site_show.field.nodes", "cores_per_node": "site_show.field.cores_per_node",
@@ -23,6 +30,11 @@ FIELD_KEYS = {"nodes": "site_show.field.nodes", "cores_per_node": "site_show.fie
               "max_time": "site_show.field.max_time", "min_cores": "site_show.field.min_cores",
               "min_gpus": "site_show.field.min_gpus", "cores_per_gpu": "site_show.field.cores_per_gpu",
               "gpu_only": "site_show.field.gpu_only", "constraints": "site_show.field.constraints"}
+
+
+#: What ``site plan`` reads from ``[day]``.
+DAY_FIELDS = ("start", "end", "session_partition", "session_cores", "session_time", "sessions", "job_partition",
+              "job_nodes", "job_gpus_per_node", "job_time", "reservation_window")
 
 
 def _site(name: Optional[str]) -> Site:
@@ -44,8 +56,10 @@ def _value(value, lang: Optional[str]) -> str:
 
 
 def format_table(site: Site, lang: Optional[str] = None) -> str:
-    """The table as a reader checks it: each value, then the guide's ``path:line``; what the guide does
-    not state, named as such."""
+    """The table as a reader checks it: each value, then the guide's ``path:line`` (a derived table: the
+    command and field); what the guide does not state, named as such; what is still to fill, listed."""
+    if site.origin == "slurm":
+        return _format_derived(site, lang)
     guide = site.section("guide")
     tr = (lang or language()) == "tr"
     login, caps, storage = site.section("login"), site.section("caps"), site.section("storage")
@@ -65,6 +79,23 @@ def format_table(site: Site, lang: Optional[str] = None) -> str:
                    source=storage.get("home_source", "?")))
     lines.append(t("site_show.storage_outputs", lang, where=storage.get("outputs", "?"),
                    source=storage.get("outputs_source", "?")))
+    return "\n".join(lines + _partition_lines(site, lang))
+
+
+def _format_derived(site: Site, lang: Optional[str]) -> str:
+    """A table read from SLURM (``site derive``): where and when, every partition, then what is still to fill."""
+    derived = site.section("derived")
+    lines = [t("site_show.title_derived", lang, title=site.title, host=derived.get("host", "?"),
+               date=derived.get("date", "?"), version=derived.get("slurm_version", "?"))]
+    lines += _partition_lines(site, lang)
+    left = site.to_fill()
+    lines += ["", t("site_show.to_fill_head", lang) if left else t("site_show.to_fill_none", lang)]
+    lines += [f"  [{table}] {', '.join(fields)}" for table, fields in left.items()]
+    return "\n".join(lines)
+
+
+def _partition_lines(site: Site, lang: Optional[str]) -> List[str]:
+    lines: List[str] = []
     width = max(len(t(key, lang)) for key in FIELD_KEYS.values())
     for p in site.partitions.values():
         lines += ["", t("site_show.partition", lang, name=p.name)]
@@ -78,7 +109,7 @@ def format_table(site: Site, lang: Optional[str] = None) -> str:
             lines.append("  " + t("site_show.silent", lang,
                                   fields=", ".join(t(FIELD_KEYS[n], lang) if n in FIELD_KEYS else n
                                                    for n in p.silent)))
-    return "\n".join(lines)
+    return lines
 
 
 def _show(args) -> int:
@@ -88,16 +119,52 @@ def _show(args) -> int:
 
 def _plan(args) -> int:
     from ..day_plan import format_plan, plan
+    from ..day_plan import ACCOUNT_TYPES
     if args.attendees < 1:
         raise TutorialError("site_show.bad_attendees", value=args.attendees)
-    print(format_plan(plan(_site(args.site), args.attendees, pairs=args.pairs)))
+    site = _site(args.site)
+    day, caps = site.section("day"), site.section("caps")  # a derived table may still have them to fill
+    missing = [f"[caps] {kind}" for kind in ACCOUNT_TYPES if kind not in caps]
+    missing += [f"[day] {key}" for key in DAY_FIELDS if key not in day]
+    if missing:
+        raise TutorialError("site_show.plan_missing", site=site.name, fields=", ".join(missing))
+    print(format_plan(plan(site, args.attendees, pairs=args.pairs)))
+    return 0
+
+
+def _derive(args) -> int:
+    """Read this cluster's table from SLURM; write it to ``--output`` (atomically, never over a file without
+    ``--force``) or to stdout."""
+    from ..atomic import check_writable, write_text
+    from .derive import SlurmUnreadable, derive
+    if args.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.name):
+        raise TutorialError("site_derive.bad_name", name=args.name)
+    if args.timeout <= 0:
+        raise TutorialError("site_derive.bad_timeout", value=args.timeout)
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        if output.exists() and not args.force:  # the person may have filled it
+            raise TutorialError("site_derive.exists", path=str(output))
+        check_writable(output)
+    started = time.monotonic()
+    try:
+        text = derive(name=args.name, timeout=args.timeout)
+    except SlurmUnreadable as error:
+        raise TutorialError(error.key, **error.fields) from None
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    write_text(output, text)
+    site, seconds = load_file(output), time.monotonic() - started
+    print(t("site_derive.written", path=str(output), site=site.name, partitions=len(site.partitions),
+            seconds=number(seconds, decimals=1), fields=sum(len(v) for v in site.to_fill().values())))
     return 0
 
 
 def add_cli(subparsers) -> argparse.ArgumentParser:
-    """``ddp-tutorial site show|plan`` (cli.py calls this)."""
+    """``ddp-tutorial site show|plan|derive`` (cli.py calls this)."""
     parser = subparsers.add_parser("site", help=t("site_show.cli_help"), description=t("site_show.cli_help"))
-    sub = parser.add_subparsers(dest="site_command", required=True, metavar="{show,plan}")
+    sub = parser.add_subparsers(dest="site_command", required=True, metavar="{show,plan,derive}")
     show = sub.add_parser("show", help=t("site_show.cli_show"), description=t("site_show.cli_show"))
     show.add_argument("--site", help=t("site_show.cli_site"))
     show.set_defaults(func=_show)
@@ -106,6 +173,13 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     plan.add_argument("--attendees", type=whole_number, default=30, help=t("site_show.cli_attendees"))
     plan.add_argument("--pairs", action="store_true", help=t("site_show.cli_pairs"))
     plan.set_defaults(func=_plan)
+    derive = sub.add_parser("derive", help=t("site_derive.cli_help"), description=t("site_derive.cli_help"))
+    derive.add_argument("--output", metavar="FILE", help=t("site_derive.cli_output"))
+    derive.add_argument("--name", help=t("site_derive.cli_name"))
+    derive.add_argument("--force", action="store_true", help=t("site_derive.cli_force"))
+    derive.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                        help=t("site_derive.cli_timeout"))
+    derive.set_defaults(func=_derive)
     return parser
 
 

@@ -180,7 +180,8 @@ class SlurmLab:
             # the node types -C picks within the partition (kolyoz-cuda's H100 / H200), and the GPU models its
             # table names ("H100 80 GB / H200 141 GB, sm_90" → h100, h200): node i gets the i-th, in turn
             kinds = [c for c in part.constraints if c not in table.partitions]
-            models = [m.lower() for m in re.findall(r"\b([A-Za-z]{1,2}\d{2,4}[A-Za-z]?)\b", (part.gpu or "").split(",")[0])]
+            model_words = (part.gpu or "").split(",")[0]
+            models = [m.lower() for m in re.findall(r"\b([A-Za-z]{1,2}\d{2,4}[A-Za-z]?)\b", model_words)]
             for i, node in enumerate(nodes):
                 self.node_names.append(node)
                 self.node_cpus[node] = part.cores_per_node or self.cpus_per_node
