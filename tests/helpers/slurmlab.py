@@ -23,8 +23,11 @@
 (``ddp_tutorial/sites/truba.toml``): nodes named and sized as the table's partitions (``shape``; default
 four ``akya-cuda`` nodes ``akya1``–``akya4`` with 40 cores and 4 GPUs each, one ``barbun`` node ``barbun1``
 with 40 cores; the table's memory as RealMemory; its partition's name as a node feature, for
-``-p debug -C akya-cuda``), one partition per shape entry plus ``debug`` over every node (the default), each with the
-table's ``MaxTime``; a ``job_submit.lua`` (``tests/helpers/job_submit.py``) that refuses, in the guide's
+``-p debug -C akya-cuda``, plus the partition's own ``-C`` types in turn; the table's GPU model as the GRES type,
+``Gres=gpu:v100:4``, which untyped ``--gres=gpu:1`` still fits), one partition per shape entry plus ``debug`` over
+every node, each with the table's ``MaxTime`` and ``DefMemPerCPU`` (mem_per_core_mb); ``Default=YES`` on the
+table's ``default = true`` partition, else ``debug``, else the first; a ``job_submit.lua``
+(``tests/helpers/job_submit.py``) that refuses, in the guide's
 words, what the table forbids; and a login node named as the site's (``arf-ui1``) for
 :meth:`SlurmLab.login_command`. Each lab has its own namespaces, munge socket and directory, so a site lab
 and the default lab run side by side. A ``job_submit.lua`` that slurmctld cannot load ends the start with a
