@@ -65,15 +65,40 @@ def _add_data(sub) -> None:
 
 
 def _check_script(args) -> int:
-    from .script_check import describe, read_script
+    import shlex
+    from pathlib import Path
+    from .script_check import describe, exit_code, read_script
+    from .script_trial import run
     report = read_script(args.file)
+    if args.run:
+        try:
+            script_args = shlex.split(args.script_args)
+        except ValueError as error:
+            raise TutorialError("script.bad_args", value=args.script_args, why=error) from None
+        report.trial = run(Path(args.file), script_args, args.run_seconds)
     print(describe(report))
-    return 1 if report.findings else 0
+    return exit_code(report)
+
+
+def _run_seconds(text: str) -> float:
+    """``--run-seconds``: a finite number of seconds greater than 0."""
+    import math
+    from .i18n import decimal_number
+    value = decimal_number(text)  # "0,5": a message that says to write a dot
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(t("script.bad_seconds", value=text))
+    return value
 
 
 def _add_check_script(sub) -> None:
-    parser = sub.add_parser("check-script", help=t("cli.check_script"), description=t("cli.check_script"))
+    from .script_trial import RUN_SECONDS
+    parser = sub.add_parser("check-script", help=t("cli.check_script"), description=t("cli.check_script"),
+                            epilog=t("cli.check_script_exits"))
     parser.add_argument("file", metavar="FILE", help=t("cli.check_script_file"))
+    parser.add_argument("--run", action="store_true", help=t("cli.check_script_run"))
+    parser.add_argument("--script-args", default="", metavar="ARGS", help=t("cli.check_script_args"))
+    parser.add_argument("--run-seconds", type=_run_seconds, default=RUN_SECONDS, metavar="S",
+                        help=t("cli.check_script_seconds", default=RUN_SECONDS))
     parser.set_defaults(func=_check_script)
 
 
@@ -136,7 +161,7 @@ def _stdout_to_devnull() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
-    if command == "slurm":  # `--script-args "--epochs=1"`: the value glued to its option (argparse)
+    if command in ("slurm", "check-script"):  # `--script-args "--epochs=1"`: the value glued to its option
         from .slurm.cli import glued
         argv = glued(argv)
     with argparse_in_user_language():

@@ -31,15 +31,12 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from . import launch_env as names
 from .i18n import TutorialError, t
-
-# What a script reads tells its convention: the launcher variables of launch_env (the one list).
-TORCHRUN_NAMES = (names.RANK, names.LOCAL_RANK, names.WORLD_SIZE, names.LOCAL_WORLD_SIZE)
-SLURM_NAMES = (names.SLURM_PROCID, names.SLURM_LOCALID, names.SLURM_NTASKS, names.SLURM_NPROCS, names.SLURM_NODEID,
-               names.SLURM_NTASKS_PER_NODE, names.SLURM_NNODES)
+from .script_trial import RUN_SECONDS, Trial
+from .script_tree import NUMBER, SLURM_NAMES, TORCHRUN_NAMES, Tree
 
 
 def _quoted(name: str) -> re.Pattern:
@@ -52,8 +49,13 @@ _SPAWNS = re.compile(r"\b(mp|multiprocessing|torch\.multiprocessing)\.(spawn|sta
                      r"^\s*from\s+torch\.multiprocessing\s+import\s+.*\bspawn\b")
 _INIT = re.compile(r"\binit_process_group\s*\(")
 _DESTROY = re.compile(r"\bdestroy_process_group\s*\(")
-_GUARD = re.compile(r"cuda\.is_available\s*\(|device\.type|\.type\s*==\s*['\"]cuda|device_count\s*\(|"
-                    r"use_cuda|has_cuda|\bcuda\b\s*(?:and|if)")
+# A line that asks for a GPU: is_available(), a device's type, a count of GPUs compared ("device_count() > 0",
+# not "nprocs=device_count()": used as a count it is 0 on a CPU), or a device name compared with "cuda".
+_GUARD = re.compile(r"cuda\.is_available\s*\(|device\.type|\.type\s*==\s*['\"]cuda|use_cuda|has_cuda|"
+                    r"\buse_gpu\b|\bhas_gpu\b|"
+                    r"\bcuda\b\s*(?:and|if)|device_count\s*\(\s*\)\s*(?:[<>]=?|[!=]=|\bor\b)|"
+                    r"(?:[<>]=?|[!=]=|\bor)\s*(?:\w+\.)*device_count\s*\(|"
+                    r"[!=]=\s*f?[\"']cuda|[\"']cuda[^\"']*[\"']\s*(?:[!=]=|(?:not\s+)?in\b)|startswith\s*\(\s*[\"']cuda")
 
 # (finding, pattern): the lines a CUDA-only script changes; "guarded" ones (inside an `if` that asks
 # for a GPU, or with the question on the same line) are already right.
@@ -64,11 +66,13 @@ _CUDA_LINES: Tuple[Tuple[str, re.Pattern], ...] = (
     ("device_count_assert", re.compile(r"^\s*assert\b.*device_count\s*\(")),
     ("cuda_call", re.compile(r"\bcuda\.(synchronize|current_device|max_memory_allocated|memory_allocated|"
                              r"get_device_name|get_device_properties)\s*\(")),
-    ("to_cuda", re.compile(r"""\.cuda\s*\(|\.to\s*\(\s*(?:f?["']cuda|(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|"""
-                           r"""device_id|local_gpu)\s*[,)])|\bdevice\s*=(?!=)\s*(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|"""
-                           r"""device_id|local_gpu)\s*[,)]|\btorch\.device\s*\(\s*f?["']cuda|"""
-                           r"""(?<![=!<>])=\s*f?["']cuda(?::[^"']*)?["']""")),
+    ("to_cuda", re.compile(r"""\.cuda\s*\(|\.to\s*\(\s*(?:f?["']cuda|(?:\w+\.)*""" + NUMBER + r"""\s*[,)])|"""
+                           r"""\bdevice\s*=(?!=)\s*(?:\w+\.)*""" + NUMBER + r"""\s*[,)]|"""
+                           r"""\btorch\.device\s*\(\s*f?["']cuda|(?<![=!<>])=\s*f?["']cuda(?::[^"']*)?["']""")),
     ("local_rank_arg", re.compile(r"""add_argument\s*\(\s*["']--local[_-]rank""")),
+    # SLURM sets these only for a job that asks for GPUs (--gres): read with [] they are a KeyError on CPU nodes
+    ("gpu_variable", re.compile(r"""environ\s*\[\s*["']SLURM_(?:GPUS_ON_NODE|GPUS_PER_NODE|JOB_GPUS|STEP_GPUS)["']"""
+                                r"""\s*\](?!\s*=[^=])""")),
 )
 
 
@@ -78,8 +82,11 @@ _FINDING_KEYS = {
     "nccl": "script.finding_nccl", "device_count_assert": "script.finding_device_count_assert",
     "to_cuda": "script.finding_to_cuda", "local_rank_arg": "script.finding_local_rank_arg",
     "no_destroy": "script.finding_no_destroy", "cuda_call": "script.finding_cuda_call",
-    "device_number_arg": "script.finding_device_number_arg",
+    "device_number_arg": "script.finding_device_number_arg", "device_count_count": "script.finding_device_count_count",
+    "gpu_variable": "script.finding_gpu_variable", "default_nccl": "script.finding_default_nccl",
+    "default_cuda": "script.finding_default_cuda",
 }
+_DEFAULT_KINDS = {"nccl": "default_nccl", "cuda": "default_cuda"}
 _CONVENTION_KEYS = {
     "torchrun": "script.convention_torchrun", "slurm": "script.convention_slurm",
     "either": "script.convention_either", "either-slurm-first": "script.convention_either_slurm_first",
@@ -107,6 +114,8 @@ class ScriptReport:
     inits: bool = False
     slurm_first: bool = False  # both sets read, and SLURM_PROCID/SLURM_LOCALID before RANK/LOCAL_RANK
     findings: List[Finding] = field(default_factory=list)
+    defaults: List[Finding] = field(default_factory=list)  # "nccl"/"cuda" as defaults the command line overrides
+    trial: Optional[Trial] = None  # how its start here on the CPU went (check-script --run)
 
     @property
     def convention(self) -> str:
@@ -158,184 +167,28 @@ def _guarded_lines(lines: List[str]) -> List[bool]:
 
 
 def _without_comments(source: str) -> List[str]:
-    """The source's lines with every comment blanked (a ``# 'nccl' or 'gloo'`` note is not code); the lines
-    as they are when it does not tokenize."""
+    """The source's lines with every comment and docstring blanked (a ``# 'nccl' or 'gloo'`` note, or a
+    docstring that shows ``.cuda()``, is not code); the lines as they are when it does not tokenize."""
     lines = source.splitlines()
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return [("" if line.lstrip().startswith("#") else line) for line in lines]
-    for token in reversed(tokens):
+    previous = tokenize.NEWLINE
+    for token in tokens:
         if token.type == tokenize.COMMENT:
             row, col = token.start
             if row - 1 < len(lines):
                 lines[row - 1] = lines[row - 1][:col].rstrip()
+        elif token.type == tokenize.STRING and previous in _STATEMENT_START:  # a string on its own: a docstring
+            for row in range(token.start[0], min(token.end[0], len(lines)) + 1):
+                lines[row - 1] = ""
+        if token.type not in (tokenize.COMMENT, tokenize.NL):
+            previous = token.type
     return lines
 
 
-# Calls whose arguments are only shown: a launcher name read inside one is not a rank source.
-_SHOWS = frozenset("print pprint debug info warning warn error critical exception log write".split())
-# The GPU numbers every script calls so (the to_cuda pattern knows them).
-_NUMBER_NAMES = re.compile(r"^(?:\w+\.)*(?:local_rank|gpu_id|gpu|rank|device_id|local_gpu)$")
-
-
-def _called(call: ast.Call) -> str:
-    func = call.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-
-
-def _nodes(tree: ast.AST) -> Tuple[List[ast.AST], Dict[ast.AST, ast.AST]]:
-    """Every node of the tree and each one's parent, in one walk."""
-    nodes, parents, todo = [], {}, [tree]
-    while todo:
-        node = todo.pop()
-        nodes.append(node)
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-            todo.append(child)
-    return nodes, parents
-
-
-def _ancestors(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
-    while node in parents:
-        node = parents[node]
-        yield node
-        if isinstance(node, ast.stmt):
-            return
-
-
-def _shown_only(node: ast.AST, parents, loads: Dict[str, List[ast.Name]]) -> bool:
-    """Is this read only printed or logged: inside a print/log call, or kept in a variable whose every use
-    is inside one?"""
-    statement = None
-    for above in _ancestors(node, parents):
-        if isinstance(above, ast.Call) and _called(above) in _SHOWS:
-            return True
-        statement = above
-    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if len(targets) == 1 and isinstance(targets[0], ast.Name):
-            return all(any(isinstance(a, ast.Call) and _called(a) in _SHOWS for a in _ancestors(use, parents))
-                       for use in loads.get(targets[0].id, []))
-    return False
-
-
-def _is_device(value: ast.AST) -> bool:
-    """Is this value a device rather than a GPU's number: ``torch.device(…)``, ``"cuda:0"``, ``f"cuda:{n}"``,
-    or a choice between such?"""
-    if isinstance(value, ast.IfExp):
-        return _is_device(value.body) or _is_device(value.orelse)
-    return isinstance(value, ast.JoinedStr) or isinstance(value, ast.Constant) and isinstance(value.value, str) or \
-        isinstance(value, ast.Call) and _called(value) == "device"
-
-
-def _device_parameters(function: ast.AST) -> Set[str]:
-    """The parameters a function uses as a device: ``.to(p)``, ``.cuda(p)``, ``device=p``."""
-    used = set()
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call):
-            if _called(node) in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and \
-                    isinstance(node.args[0], ast.Name):
-                used.add(node.args[0].id)
-            used.update(k.value.id for k in node.keywords if k.arg == "device" and isinstance(k.value, ast.Name))
-    return used
-
-
-@dataclass
-class _Tree:
-    """A script's syntax tree, read once: what it tells beyond single lines is where each launcher name is
-    first read as a rank source (:meth:`reads`), the expressions that hold a GPU's number (:meth:`numbers`),
-    and the calls that pass one on to a function that uses it as a device (:meth:`number_arguments`)."""
-    parents: Dict[ast.AST, ast.AST]
-    loads: Dict[str, List[ast.Name]] = field(default_factory=dict)
-    devices: Set[str] = field(default_factory=set)  # names and attributes that hold a device (torch.device, "cuda")
-    functions: Dict[str, ast.AST] = field(default_factory=dict)
-    calls: List[ast.Call] = field(default_factory=list)
-    launcher_names: List[ast.Constant] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, source: str) -> Optional["_Tree"]:
-        """The tree of ``source``, or None when it does not parse (then the lines alone are read)."""
-        try:
-            nodes, parents = _nodes(ast.parse(source))
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            return None
-        tree, wanted = cls(parents), _TORCHRUN.keys() | _SLURM.keys()
-        for node in nodes:
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
-                tree.launcher_names.append(node)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                tree.loads.setdefault(node.id, []).append(node)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                tree.functions.setdefault(node.name, node)
-            elif isinstance(node, ast.Assign) and _is_device(node.value):
-                tree.devices.update(ast.unparse(target) for target in node.targets)
-            elif isinstance(node, ast.Call):
-                tree.calls.append(node)
-        return tree
-
-    def reads(self) -> Dict[str, Tuple[int, int]]:
-        """Launcher name → (line, column) where it is first read; written (``os.environ["RANK"] = …``) or
-        only shown (printed, logged) is not read."""
-        found: Dict[str, Tuple[int, int]] = {}
-        for node in self.launcher_names:
-            above = self.parents.get(node)
-            if isinstance(above, ast.Subscript) and not isinstance(above.ctx, ast.Load):
-                continue
-            if not _shown_only(node, self.parents, self.loads):
-                found[node.value] = min(found.get(node.value, (node.lineno, node.col_offset)),
-                                        (node.lineno, node.col_offset))
-        return found
-
-    def numbers(self) -> Set[str]:
-        """The expressions given to ``set_device(n)`` or ``device_ids=[n]`` that are not devices: GPU numbers."""
-        held: List[ast.AST] = []
-        for call in self.calls:
-            held += call.args[:1] if _called(call) == "set_device" else []
-            for keyword in call.keywords:
-                if keyword.arg in ("device_ids", "output_device"):
-                    value = keyword.value
-                    held += value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-        return {ast.unparse(n) for n in held if isinstance(n, (ast.Name, ast.Attribute))} - self.devices
-
-    def number_arguments(self, numbers: Set[str]) -> Set[int]:
-        """The lines of calls ``f(…, n, …)`` that pass a GPU number ``n`` to a parameter ``f`` uses as a device."""
-        as_device: Dict[ast.AST, Set[str]] = {}
-        lines = set()
-        for call in self.calls:
-            function = self.functions.get(_called(call))
-            if function is None:
-                continue
-            if function not in as_device:
-                as_device[function] = _device_parameters(function)
-            if any(parameter in as_device[function] and _is_number(value, numbers)
-                   for parameter, value in _arguments(call, function)):
-                lines.add(call.lineno)
-        return lines
-
-
-def _arguments(call: ast.Call, function: ast.AST) -> List[Tuple[str, ast.AST]]:
-    """(parameter, value) for each argument of ``call`` to ``function`` (``self`` skipped for a method)."""
-    parameters = [a.arg for a in function.args.posonlyargs + function.args.args]
-    if isinstance(call.func, ast.Attribute) and parameters[:1] == ["self"]:
-        parameters = parameters[1:]
-    return list(zip(parameters, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg]
-
-
-def _is_number(value: ast.AST, numbers: Set[str]) -> bool:
-    if not isinstance(value, (ast.Name, ast.Attribute)):
-        return False
-    text = ast.unparse(value)
-    return text in numbers or bool(_NUMBER_NAMES.match(text))
-
-
-def _number_uses(numbers: Set[str]) -> Optional[re.Pattern]:
-    """``.to(n)``, ``.cuda(n)``, ``device=n`` for the GPU numbers of this script (beyond the usual names)."""
-    names = sorted(n for n in numbers if not _NUMBER_NAMES.match(n))
-    if not names:
-        return None
-    either = "|".join(re.escape(n) for n in names)
-    return re.compile(rf"\.(?:to|cuda)\s*\(\s*(?:{either})\s*[,)]|\bdevice\s*=(?!=)\s*(?:{either})\s*[,)]")
+_STATEMENT_START = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
 
 
 def _slurm_first(reads: Dict[str, Tuple[int, int]]) -> bool:
@@ -346,7 +199,7 @@ def _slurm_first(reads: Dict[str, Tuple[int, int]]) -> bool:
     return bool(both) and reads[both[0][0]] < reads[both[0][1]]
 
 
-def _names_read(report: ScriptReport, text: str, tree: Optional[_Tree]) -> None:
+def _names_read(report: ScriptReport, text: str, tree: Optional[Tree]) -> None:
     """The launcher names the script reads, and whether srun's rank is read before torchrun's."""
     if tree is not None:
         reads = tree.reads()
@@ -357,24 +210,31 @@ def _names_read(report: ScriptReport, text: str, tree: Optional[_Tree]) -> None:
     report.slurm_first = _slurm_first(reads)
 
 
-def _line_findings(code: List[str], tree: Optional[_Tree]) -> List[Finding]:
-    """The lines a CUDA-only script changes, each with its first kind that is not already guarded."""
+def _line_findings(code: List[str], tree: Optional[Tree]) -> Tuple[List[Finding], List[Finding]]:
+    """The lines a CUDA-only script changes, each with its first kind that is not already guarded; and the
+    defaults that choose a GPU, which the command line overrides (not lines to change)."""
     numbers = tree.numbers() if tree is not None else set()
-    uses = _number_uses(numbers)
-    number_args = tree.number_arguments(numbers) if tree is not None else set()
+    by_tree: Dict[int, List[str]] = {}
+    for kind, lines in (("to_cuda", tree.number_devices(numbers) if tree else ()),
+                        ("device_number_arg", tree.number_arguments(numbers) if tree else ()),
+                        ("device_count_count", tree.device_counts() if tree else ())):
+        for line in lines:
+            by_tree.setdefault(line, []).append(kind)
+    defaults = tree.defaults() if tree is not None else {}
     guarded = _guarded_lines(code)
-    findings = []
+    findings, notes = [], []
     for index, line in enumerate(code):
+        if index + 1 in defaults:
+            notes.append(Finding(index + 1, _DEFAULT_KINDS[defaults[index + 1]], line.strip()))
+            continue
         kinds = [kind for kind, pattern in _CUDA_LINES if pattern.search(line)] if line.strip() else []
-        kinds += ["to_cuda"] if uses is not None and uses.search(line) else []
-        kinds += ["device_number_arg"] if index + 1 in number_args else []
-        for kind in kinds:
+        for kind in kinds + by_tree.get(index + 1, []):
             if kind == "nccl" and "gloo" in line:  # "nccl" if … else "gloo": already chosen with the device
                 break
             if kind in ("local_rank_arg", "device_count_assert") or not guarded[index]:
                 findings.append(Finding(index + 1, kind, line.strip()))
                 break
-    return findings
+    return findings, notes
 
 
 def read_source(source: str, path: str = "<script>") -> ScriptReport:
@@ -383,12 +243,12 @@ def read_source(source: str, path: str = "<script>") -> ScriptReport:
     code = _without_comments(source)
     text = "\n".join(code)
     try:
-        tree = _Tree.of(source)
+        tree = Tree.of(source)
         _names_read(report, text, tree)
-        report.findings = _line_findings(code, tree)
+        report.findings, report.defaults = _line_findings(code, tree)
     except RecursionError:  # a tree nested too deeply to walk: the lines alone are read
         _names_read(report, text, None)
-        report.findings = _line_findings(code, None)
+        report.findings, report.defaults = _line_findings(code, None)
     report.spawns = any(_SPAWNS.search(line) for line in code)
     report.inits = bool(_INIT.search(text))
     if report.inits and not _DESTROY.search(text):
@@ -407,7 +267,87 @@ def read_script(path) -> ScriptReport:
         source = file.read_text(encoding="utf-8", errors="replace")
     except OSError as error:
         raise TutorialError("script.unreadable", path=str(path), why=error.strerror or error) from None
-    return read_source(source, str(path))
+    report = read_source(source, str(path))
+    _read_helpers(report, source, file.parent)
+    return report
+
+
+def _imported_files(source: str, folder: Path) -> List[Tuple[Tuple[int, int], Path]]:
+    """The modules of the script's own folder that it imports (``import helper``, ``from helper import rank``,
+    ``from . import helper``), each with where it is imported: what they read, the script reads there."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level <= 1:
+            base = [node.module] if node.module else []
+            modules = base + [f"{node.module}.{a.name}" if node.module else a.name for a in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            for file in (folder.joinpath(*parts).with_suffix(".py"), folder.joinpath(*parts, "__init__.py")):
+                if file.is_file():
+                    found.append(((node.lineno, node.col_offset), file))
+    return found
+
+
+def _read_helpers(report: ScriptReport, source: str, folder: Path, limit: int = 20) -> None:
+    """Add the launcher names read in the script's own helper modules (and theirs, up to ``limit`` files),
+    as if read where the script imports them: a rank from ``helper.rank()`` that reads SLURM_PROCID is
+    SLURM's convention, not torchrun's ``env://``."""
+    tree = Tree.of(source)
+    if tree is None:
+        return
+    reads: Dict[str, tuple] = dict(tree.reads())
+    seen: Set[Path] = set()
+    todo = _imported_files(source, folder)
+    while todo and len(seen) < limit:
+        where, file = todo.pop(0)
+        if file.resolve() in seen:
+            continue
+        seen.add(file.resolve())
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        helper = Tree.of(text)
+        if helper is None:
+            continue
+        for name, at in _helper_reads(helper).items():
+            reads[name] = min(reads.get(name, where + at), where + at)
+        todo += [(where, inner) for _, inner in _imported_files(text, file.parent)]
+    if not seen:
+        return
+    report.torchrun_names = [n for n in _TORCHRUN if n in reads]
+    report.slurm_names = [n for n in _SLURM if n in reads]
+    report.slurm_first = _slurm_first(reads)
+
+
+def _helper_reads(helper: Tree) -> Dict[str, Tuple[int, int]]:
+    """What a helper module reads: as a script reads, and also a value it keeps for its importers
+    (``RANK = int(os.environ["SLURM_PROCID"])``, used nowhere in the helper itself)."""
+    found = dict(helper.reads())
+    for node in helper.strings:
+        above = helper.parents.get(node)
+        written = isinstance(above, ast.Subscript) and not isinstance(above.ctx, ast.Load)
+        if node.value in _TORCHRUN.keys() | _SLURM.keys() and not written and node.value not in found:
+            statement = next((a for a in _statement_of(node, helper.parents)), None)
+            if isinstance(statement, ast.Assign) and statement in helper.module:
+                found[node.value] = (node.lineno, node.col_offset)
+    return found
+
+
+def _statement_of(node: ast.AST, parents: Dict[ast.AST, ast.AST]):
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.stmt):
+            yield node
+            return
 
 
 def template_problem(report: ScriptReport, template: str, processes_per_node: int) -> Optional[str]:
@@ -432,19 +372,47 @@ def template_warning(report: ScriptReport) -> Optional[str]:
     return None
 
 
+def _lines(report: ScriptReport, key: str, findings: List[Finding], lang: Optional[str]) -> List[str]:
+    out = [t(key, lang, n=len(findings))]
+    for finding in findings:
+        out.append(f"  {report.path}:{finding.line}: {finding.code}")
+        out.append(f"      → {finding.describe(lang)}")
+    return out
+
+
+def _verdict(report: ScriptReport, lang: Optional[str]) -> List[str]:
+    """What was shown about a CPU: "ready" only after a start here that ended with exit code 0."""
+    trial = report.trial
+    if trial is None:
+        return [] if report.findings else [t("script.not_run", lang, path=report.path, seconds=RUN_SECONDS)]
+    if trial.outcome == "ended":
+        return [t("script.run_ended" if report.findings else "script.ready", lang, seconds=trial.seconds)]
+    if trial.outcome == "failed":
+        return [t("script.run_failed", lang, seconds=trial.seconds, code=trial.code,
+                  error=trial.error or t("script.run_no_error_line", lang))]
+    if trial.outcome == "limit":
+        return [t("script.run_limit", lang, seconds=trial.seconds)]
+    return [t("script.run_cannot", lang, why=trial.error)]
+
+
 def describe(report: ScriptReport, lang: Optional[str] = None) -> str:
-    """``ddp-tutorial check-script``'s text: the convention, the launch that fits, each line to change."""
+    """``ddp-tutorial check-script``'s text: the convention, the launch that fits, each line to change, the
+    defaults to give on a CPU, and what was shown about a CPU (never "ready" without a start that showed it)."""
     out = [t("script.header", lang, path=report.path),
            t(_CONVENTION_KEYS["either-slurm-first" if report.convention == "either" and report.slurm_first
                               else report.convention], lang,
              names=", ".join(report.torchrun_names + report.slurm_names) or "-"),
            t("script.fits", lang, launch=report.fitting())]
     if report.findings:
-        out.append(t("script.to_change", lang, n=len(report.findings)))
-        for finding in report.findings:
-            out.append(f"  {report.path}:{finding.line}: {finding.code}")
-            out.append(f"      → {finding.describe(lang)}")
-    else:
-        out.append(t("script.nothing_to_change", lang))
+        out += _lines(report, "script.to_change", report.findings, lang)
+    if report.defaults:
+        out += _lines(report, "script.defaults", report.defaults, lang)
+    out += _verdict(report, lang)
     out.append(t("script.see_page", lang))
     return "\n".join(out)
+
+
+def exit_code(report: ScriptReport) -> int:
+    """check-script's exit code: 1 when lines are to change or the start here failed, else 0 (2, a wrong
+    argument or a file that cannot be read, comes from the error raised before)."""
+    return 1 if report.findings or report.trial is not None and report.trial.outcome == "failed" else 0
