@@ -8,10 +8,12 @@ although ``nvidia-smi`` shows it:
 * the wheel has **no kernels** for the GPU's compute capability → "no kernel image is available
   for execution on the device" on the first CUDA operation.
 
-This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`), the sites' GPU nodes
-(:data:`SITES`) and the rule between them. No torch import at module level: ``scripts/setup.sh`` asks it which build
-to install before torch exists (``python -m ddp_tutorial.gpu choose [--site truba]``, :func:`choose`); ``ddp-tutorial
-env`` / notebook 00 print :func:`report` (this machine's facts and the verdict, :func:`compatibility`).
+This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`) and the rule between
+them and a site's GPU nodes (:data:`SITES`, read from the site tables of :mod:`ddp_tutorial.sites`: each GPU
+partition's ``sm_XY`` and the ``[gpu]`` table's driver). No torch import at module level: ``scripts/setup.sh``
+asks it which build to install before torch exists (``python -m ddp_tutorial.gpu choose [--site truba]``,
+:func:`choose`); ``ddp-tutorial env`` / notebook 00 print :func:`report` (this machine's facts and the verdict,
+:func:`compatibility`).
 
 The builds of torch 2.14.1 (:data:`TORCH_VERSION`), first that fits is chosen:
 
@@ -33,6 +35,7 @@ cu130 was checked here; ``ddp-tutorial env`` on a GPU node is the real check (to
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import sites as site_tables
 from .gpu_grant import unusable
 from .i18n import TutorialError, t
 
@@ -86,24 +90,64 @@ class Site:
     python_module_verified: bool = False
 
 
-SITES: Dict[str, Site] = {
-    # TRUBA's guide (TRUBA-HPC/Belgeler, source/2-temel_bilgiler/hesaplama_kumeleri.rst and gpu.rst):
-    # P100, V100, A100, H100/H200. Its hardware page (until March 2026) showed nvidia-smi 565.57.01
-    # (CUDA 12.7) on all four partitions and named 550.90.07 (akya) and 560.35.03 (kolyoz) in its
-    # text: the lowest is used. Not checked on a TRUBA node from here.
-    # Python: python.rst says comp/python/3.12.2, the ARF page's module list (source/1-kaynaklar/arf) 3.12.0,
-    # users' notes 3.12.2 does not exist (login nodes: python3 3.9.18). Unchecked: `module av python` tells.
-    "truba": Site("truba", "550.90.07", {"barbun-cuda": (6, 0), "akya-cuda": (7, 0), "palamut-cuda": (8, 0),
-                                         "kolyoz-cuda": (9, 0)},
-                  python_module="comp/python/3.12.0", python_module_verified=False),
-}
+#: The module that gives a Python >= 3.11 on a site's login nodes, and whether that name was checked there
+#: (scripts/python_check.sh reads the first quoted ``python_module`` value of this file: it cannot import the
+#: package). TRUBA: python.rst says comp/python/3.12.2, the ARF page's older module list 3.12.0, users' notes
+#: 3.12.2 does not exist (login nodes: python3 3.9.18). Unchecked: `module av python` tells.
+PYTHON_MODULES = {"truba": dict(python_module="comp/python/3.12.0", python_module_verified=False)}
+
+
+def capability_of(gpu_text: Optional[str]) -> Optional[Capability]:
+    """A site table's ``gpu`` field ("V100 16 GB, sm_70") → its compute capability ``(7, 0)``; None without one."""
+    match = re.search(r"\bsm_(\d+)(\d)\b", gpu_text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def site_gpus(table: "site_tables.Site") -> Optional[Site]:
+    """A site table's GPU nodes as the build rule needs them: each GPU partition's compute capability (from its
+    ``gpu`` field), the lowest driver its ``[gpu]`` table documents (``""``: not stated), the Python module of
+    :data:`PYTHON_MODULES`; None when no partition names its GPUs' ``sm_XY``."""
+    partitions = {p.name: capability_of(p.gpu) for p in table.partitions.values() if p.gpus_per_node}
+    partitions = {name: cap for name, cap in partitions.items() if cap is not None}
+    if not partitions:
+        return None
+    return Site(table.name, str(table.section("gpu").get("driver", "")), partitions,
+                **PYTHON_MODULES.get(table.name, {}))
+
+
+#: The GPU nodes of every shipped site table (``ddp_tutorial/sites/*.toml``), by the site's name.
+SITES: Dict[str, Site] = {name: found for name in site_tables.names()
+                          if (found := site_gpus(site_tables.load(name))) is not None}
+
+
+def site_named(name: str) -> Optional[Site]:
+    """A site's GPU nodes by name: a shipped site, else the session's table (``$DDP_TUTORIAL_SITE``) when
+    ``name`` is its name or its file, else the table in the TOML file ``name``; None when none of these."""
+    if name in SITES:
+        return SITES[name]
+    table = site_tables.current()
+    if table is not None and name in (table.name, os.environ.get(site_tables.SITE_VARIABLE, "").strip()):
+        return site_gpus(table)
+    if name.endswith(".toml") or os.sep in name:  # a table's file (site-check --site FILE)
+        try:
+            return site_gpus(site_tables.load(name))
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def known_sites() -> List[str]:
+    """The names :func:`site_named` answers: the shipped sites, and the session's."""
+    table = site_tables.current()
+    return [*SITES, *([table.name] if table is not None and table.name not in SITES else [])]
+
 
 SOURCES = {
     "builds": "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#pytorch-cuda-support-matrix "
               "(2.14: pytorch/pytorch#194367, #197555, #190355)",
     "drivers": "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
     "install": "https://pytorch.org/get-started/previous-versions/",
-    "truba": "https://github.com/TRUBA-HPC/Belgeler (source/2-temel_bilgiler/hesaplama_kumeleri.rst, gpu.rst)",
+    "sites": "ddp_tutorial/sites/*.toml ([gpu] driver and each partition's gpu, with the guide's file:line)",
 }
 
 
@@ -375,13 +419,13 @@ def choose(site: Optional[str] = None, gpus: Optional[Sequence[GPU]] = None,
     ``site`` is given, for every GPU partition of that site (an environment shared by all of them;
     a site given on purpose wins over the node's facts). No GPU and no site: PyPI's default build."""
     if site is not None:
-        if site not in SITES:
-            raise TutorialError("gpu.unknown_site", name=site, choices=", ".join(SITES))
-        s = SITES[site]
+        s = site_named(site)
+        if s is None:
+            raise TutorialError("gpu.unknown_site", name=site, choices=", ".join(known_sites()))
         caps = list(s.partitions.values())
-        variant = suggest(caps, s.driver)
+        variant = suggest(caps, s.driver or None)
         fields = dict(site=site, partitions=", ".join(f"{p} {_cap(c)}" for p, c in s.partitions.items()),
-                      driver=s.driver, torch=TORCH_VERSION)
+                      driver=s.driver or "?", torch=TORCH_VERSION)
     else:
         caps = [g.capability for g in (gpus or []) if g.capability]
         if not caps and _SMI["problem"] is not None:  # G02/G04: nvidia-smi hung, failed or is too old
@@ -418,10 +462,10 @@ def _choose_main(argv: Sequence[str]) -> int:
             raise TutorialError("gpu.unknown_variant", name=args.cuda, torch=TORCH_VERSION,
                                 choices=", ".join([*VARIANTS, "cpu"]))
         choice = Choice(args.cuda, "gpu.choice_asked", dict(variant=args.cuda, torch=TORCH_VERSION))
-        v, s = VARIANTS.get(args.cuda), SITES.get(args.site or "")
+        v, s = VARIANTS.get(args.cuda), site_named(args.site or "")
         if v and s and not (all(has_kernels(c, v.arch_list) for c in s.partitions.values())
-                            and (driver_major(s.driver) or 0) >= v.min_driver):  # G06: the site, not dropped
-            fits = suggest(list(s.partitions.values()), s.driver) or "none"
+                            and (driver_major(s.driver) or v.min_driver) >= v.min_driver):  # G06: the site, not dropped
+            fits = suggest(list(s.partitions.values()), s.driver or None) or "none"
             choice = Choice(args.cuda, "gpu.choice_asked_site", dict(choice.fields, site=args.site, fits=fits))
     else:
         gpus, driver, _ = node_facts()

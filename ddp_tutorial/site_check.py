@@ -3,7 +3,7 @@
 The instructor runs it on the login node the attendees' JupyterLab submits from, with the class
 environment and the workshop's SLURM settings, the day before::
 
-    DDP_TUTORIAL_ROOT=/shared/ddp-data ddp-tutorial site-check --partition akya-cuda --account ACCT --reservation NAME
+    DDP_TUTORIAL_ROOT=/shared/ddp-data ddp-tutorial site-check --partition GPU_PART --account ACCT --reservation NAME
 
 One line per check, ``ok`` or ``!!`` and what to do; exit code 0 only when every line is ok:
 
@@ -73,8 +73,9 @@ class Line:
 def check_python() -> Line:
     version = ".".join(map(str, sys.version_info[:3]))
     if sys.version_info < (3, 11):  # unreachable in practice (the package reads TOML with tomllib)
-        from .gpu import SITES
-        return Line(False, "site.python_old", dict(version=version, module=SITES["truba"].python_module))
+        from . import gpu, sites
+        known = gpu.SITES.get(sites.session().name)
+        return Line(False, "site.python_old", dict(version=version, module=known.python_module if known else "-"))
     return Line(True, "site.python_ok", dict(version=version, path=sys.prefix))
 
 
@@ -85,12 +86,12 @@ def check_venv(folder: Path, timeout: float = 60) -> Line:
 
 
 def torch_site(name: Optional[str], site) -> Optional[str]:
-    """The site whose GPU partitions the torch line checks the build against: the table's name when
-    :mod:`ddp_tutorial.gpu` knows its GPUs, none for another table (or ``none``), else the name as given (an
-    unknown one: the line says so)."""
+    """The site whose GPU partitions the torch line checks the build against: the name as given when its table
+    names its GPUs (:func:`ddp_tutorial.gpu.site_gpus`), none for a table without them (or ``none``), else the
+    name as given (an unknown one: the line says so)."""
     from . import gpu
     if site is not None:
-        return site.name if site.name in gpu.SITES else None
+        return name if gpu.site_gpus(site) is not None else None
     return None if not name or name.lower() == "none" else name
 
 
@@ -114,12 +115,13 @@ def check_torch(site: Optional[str]) -> Line:
                                                    visible=torch.cuda.device_count(), gpus=len(gpus)))
     if not site:
         return Line(True, "site.torch_no_gpu", dict(torch=version, build=build))
-    if site not in gpu.SITES:
-        return Line(False, "site.unknown_site", dict(site=site, sites=", ".join(gpu.SITES)))
-    s, fits = gpu.SITES[site], gpu.choose(site).variant
+    s = gpu.site_named(site)
+    if s is None:
+        return Line(False, "site.unknown_site", dict(site=site, sites=", ".join(gpu.known_sites())))
+    fits = gpu.choose(site).variant
     mine = gpu.VARIANTS.get(gpu.variant_of(cuda) or "")
     ok = mine is not None and all(gpu.has_kernels(c, mine.arch_list) for c in s.partitions.values()) \
-        and (gpu.driver_major(s.driver) or 0) >= mine.min_driver
+        and (gpu.driver_major(s.driver) or mine.min_driver) >= mine.min_driver  # a driver not stated: not judged
     return Line(ok, "site.torch_site" if ok else "site.torch_site_bad",
                 dict(torch=version, build=build, site=site, fits=fits, partitions=", ".join(s.partitions)))
 
@@ -386,7 +388,8 @@ def run_checks(args: argparse.Namespace) -> List[Line]:
         else:
             settings = slurm_settings(dict(partition=args.partition, account=args.account,
                                            reservation=args.reservation))
-            partition = site.partitions.get(settings["partition"]) if site else None
+            rules = site_table(name, settings["partition"] or None)  # the partition's site, named or shipped
+            partition = rules.partitions.get(settings["partition"]) if rules else None
             accepted, chosen = check_slurm(settings, args.timeout,
                                            shape=probe_shape(partition, PROBE_MINUTES["test"]))
             say([accepted])

@@ -32,9 +32,9 @@ PROBE_MINUTES = {"test": 1, "reach": 2}  # the probe jobs' --time, at most the p
 def slurm_settings(given: Dict[str, Optional[str]], environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """partition/account/reservation: the flag, else the first of :data:`SLURM_VARIABLES` set (the partition:
     the profile's, before ``SBATCH_PARTITION``), else empty (the site's default)."""
-    from .slurm.spec import PROFILE_VARIABLE, PROFILES
+    from .slurm.spec import PROFILE_VARIABLE, profiles
     env = os.environ if environ is None else environ
-    profile = PROFILES.get(env.get(PROFILE_VARIABLE, "").strip())
+    profile = profiles(env).get(env.get(PROFILE_VARIABLE, "").strip())
     fallback = {"partition": (profile.partition or "") if profile else ""}
     settings = {}
     for name, variables in SLURM_VARIABLES.items():
@@ -43,14 +43,13 @@ def slurm_settings(given: Dict[str, Optional[str]], environ: Optional[Mapping[st
     return settings
 
 
-def site_table(name: Optional[str]):
-    """The site's table (:func:`ddp_tutorial.sites.load`: a name or a TOML file), None when there is none."""
+def site_table(name: Optional[str], partition: Optional[str] = None):
+    """The site's table whose rules apply (:func:`ddp_tutorial.sites.site_for`: ``name``, a ``--site`` flag, else
+    ``$DDP_TUTORIAL_SITE``; none named: the shipped table that has ``partition``), None when there is none."""
     from . import sites
-    if not name or name.lower() == "none":
-        return None
     try:
-        return sites.load(name)
-    except (OSError, ValueError, KeyError):  # an unknown name: the torch line says so
+        return sites.site_for(partition, name=name)
+    except TutorialError:  # an unknown name: the torch line says so
         return None
 
 

@@ -39,11 +39,21 @@ SOURCE = re.compile(r"(?P<path>[0-9A-Za-z_./-]+\.rst):(?P<line>[1-9][0-9]*)")
 TRUBA = sites.load("truba")
 
 
+#: Pages the guide has removed, cited at their last commit (``<name>_commit`` beside ``<name>_source``), with their
+#: line count there: [gpu] driver_source, the hardware page that named the driver (issue 46).
+REMOVED_PAGES = {("eski-2025-oncesi/TRUBA/kullanici-el-kitabi/hesaplamakumeleri.rst",
+                  "0e2004ddf63b017a919fddfc43643a68cd95ecc3"): 739}
+
+
 def _all_sources(table, where=""):
-    """Every (where, "path:line") of the raw table: ``*_source`` keys and each partition's ``sources``."""
+    """Every (where, "path:line") of the raw table: ``*_source`` keys and each partition's ``sources``; a
+    source with its own ``*_commit`` (a removed page) is checked against :data:`REMOVED_PAGES` instead."""
     for key, value in table.items():
         if isinstance(value, dict):
             yield from _all_sources(value, f"{where}{key}.")
+        elif key.endswith("_source") and key[:-len("_source")] + "_commit" in table:
+            path, _, line = value.rpartition(":")
+            assert int(line) <= REMOVED_PAGES[(path, table[key[:-len("_source")] + "_commit"])], (where, key)
         elif key.endswith("source") or where.endswith("sources."):
             for spec in ([value] if isinstance(value, str) else value):
                 yield f"{where}{key}", spec

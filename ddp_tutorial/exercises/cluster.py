@@ -37,6 +37,22 @@ export MASTER_ADDR=$(srun --ntasks=1 hostname 2>&1 | tail -n1)
 srun -N 2 -n 2 python 01_distributed.p
 """
 
+#: The GPUs per node the seed's script asks for (``--gres=gpu:3``).
+SEED_GPUS = 3
+
+
+def exercise_profile(key: str, gpus: int = 1):
+    """The site profile (:data:`ddp_tutorial.slurm.PROFILES`) an exercise of 05 is written for: the session's site
+    table names it (``[exercises] key``), else the partition of the day's jobs (``[day] job_partition``), else its
+    first GPU partition; the first of these whose nodes have ``gpus`` GPUs (else the one with most GPUs)."""
+    from .. import sites
+    from ..slurm.spec import profiles
+    site, known = sites.session(), profiles()
+    wanted = (site.section("exercises").get(key), site.section("day").get("job_partition"), *known)
+    found = [known[name] for name in wanted if name in known and known[name].gpus_per_node]
+    return next((p for p in found if p.gpus_per_node >= gpus), max(found, key=lambda p: p.gpus_per_node, default=None))
+
+
 PLACEHOLDER = re.compile(r"<([A-Za-z_][\w-]*)>")  # what the seed's script leaves to fill in: <account>
 _OPTION = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:[= ]\s*(\S+))?")
 
@@ -127,7 +143,7 @@ def _grade_sbatch(text):
     profile = PROFILES.get(options.get("partition", ""))
     if profile is not None and profile.site is not None and gpus and cpus < gpus * profile.cpus_per_gpu:
         from .. import sites
-        source = sites.load(profile.site).partitions[profile.partition].source_of("cores_per_gpu")
+        source = sites.session().partitions[profile.partition].source_of("cores_per_gpu")
         fail("ex.fixed_sbatch.cores", cpus=cpus, gpus=gpus, per_gpu=cpus // gpus, partition=profile.partition,
              need_per_gpu=profile.cpus_per_gpu, need=gpus * profile.cpus_per_gpu, source=source)
     try:
@@ -140,7 +156,7 @@ def _grade_sbatch(text):
     return {"world": nodes * gpus}
 
 
-SBATCH_CODE = r'''
+_SBATCH_CODE = r'''
 import re
 from ddp_tutorial.exercises import SEED_SBATCH
 
@@ -150,18 +166,29 @@ fixed_sbatch = (SEED_SBATCH
                 .replace("01_distributed.p\n", "01_distributed.py\n")   # ⟪2. gerçek dosya‖2. the real file⟫
                 # ⟪3. hesabınız ve kuyruğunuz (partition)‖3. your project and partition⟫
                 .replace("<account>", "my-account")
-                .replace("<partition>", "palamut-cuda")
+                .replace("<partition>", "@P@")
                 .replace("<conda_env>", "ddp")
-                # ⟪4. palamut-cuda: GPU başına 16 CPU çekirdeği, 3 × 16‖4. palamut-cuda: 16 cores per GPU, 3 × 16⟫
-                .replace("--cpus-per-task=8", "--cpus-per-task=48"))
+                # ⟪4. @P@: GPU başına @G@ CPU çekirdeği, 3 × @G@‖4. @P@: @G@ cores per GPU, 3 × @G@⟫
+                .replace("--cpus-per-task=8", "--cpus-per-task=@C@"))
 # ⟪5. her işe kendi portu, 12900 değil‖5. a port per job, not 12900⟫
 fixed_sbatch = re.sub(r"MASTER_PORT=\d+", "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))", fixed_sbatch)
 '''
 
 
+def _sbatch_code() -> str:
+    """fixed_sbatch's solution with the numbers of the partition it is written for (:func:`exercise_profile`)."""
+    profile = exercise_profile("fixed_sbatch_partition", SEED_GPUS)
+    per_gpu = profile.cpus_per_gpu if profile else 1
+    return (_SBATCH_CODE.replace("@P@", profile.partition if profile else "my-partition")
+            .replace("@G@", str(per_gpu)).replace("@C@", str(SEED_GPUS * per_gpu)))
+
+
+SBATCH_CODE = _sbatch_code()
+
+
 def _grade_master_addr(fn):
     from ..hostlist import first_host
-    for nodes in ("gpu[01-03,07],cpu5", "node007", "palamut[3-4]", "r[2-3]n[1-2]", "akya[09-11],barbun1"):
+    for nodes in ("gpu[01-03,07],cpu5", "node007", "tesla[3-4]", "r[2-3]n[1-2]", "volta[09-11],pascal1"):
         want = first_host(nodes)
         got = call_for(f"SLURM_JOB_NODELIST='{nodes}'", fn, nodes)
         if type(got) is not str:

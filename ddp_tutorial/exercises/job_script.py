@@ -1,10 +1,12 @@
-"""Exercise of notebook 05: write the job yourself — 2 nodes × 4 GPUs on TRUBA akya-cuda, from a near-blank script.
+"""Exercise of notebook 05: write the job yourself — 2 whole GPU nodes of the site's partition for the day's jobs
+(the session's site table, ``[exercises] job_script_partition``: every GPU of a node, its cores per GPU), from a
+near-blank script.
 
 The check reads the attendee's text as sbatch and bash would and names the first piece that is missing or
 wrong, and why it matters: a placeholder left (``<venv>``: bash reads ``<name>`` as an input redirection),
 a misspelt directive, the partition, nodes, tasks, GPUs and cores per GPU for the site profile
 (:data:`ddp_tutorial.slurm.PROFILES`), the log folder (SLURM does not create it), ``MASTER_ADDR`` from the
-node list, a port from the job id (computed for a 7-digit job id, as TRUBA's are), ``SRUN_CPUS_PER_TASK``,
+node list, a port from the job id (computed for a 7-digit job id, as a large site's are), ``SRUN_CPUS_PER_TASK``,
 ``--kill-on-bad-exit``, the c10d rendezvous (or one task per GPU), SIGUSR1 with its trap, torchrun told to
 pass it on, a ``wait`` that outlasts the trap, and a requeue that can fire. #SBATCH lines are read as sbatch
 reads them (:func:`~ddp_tutorial.exercises.cluster.read_directives`), code lines without their comments.
@@ -23,11 +25,10 @@ import tempfile
 from pathlib import Path
 
 from ..i18n import t
-from .cluster import PLACEHOLDER, read_directives
+from .cluster import PLACEHOLDER, exercise_profile, read_directives
 from .shell import JOB_ID_NAMES, code_lines, port_for, walk
 from .core import Exercise, NotDone, WrongAnswer, fail
 
-PROFILE = "akya-cuda"
 NODES = 2
 
 # The near-blank script the attendee starts from (the same in both languages: no words in it).
@@ -47,14 +48,15 @@ SINFO_SECONDS, SBATCH_SECONDS = 4, 8
 """How long sinfo and sbatch --test-only may take: together well inside the check's bound
 (:data:`~ddp_tutorial.exercises.core.GRADING_BOUND`), so a controller that does not answer is named as such."""
 JOB_IDS = (1234567, 1234568, 9999999, 4711)
-"""The job ids MASTER_PORT is computed for: TRUBA's have 7 digits."""
+"""The job ids MASTER_PORT is computed for: a large site's have 7 digits."""
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 _TORCHRUN_DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch/distributed/run.py, --signals-to-handle
 
 
 def _profile():
-    from ..slurm.spec import PROFILES
-    return PROFILES[PROFILE]
+    """The profile the exercise is written for (:func:`~ddp_tutorial.exercises.cluster.exercise_profile`)."""
+    return exercise_profile("job_script_partition")
+
 
 def _int(options, name, default=None):
     value = options.get(name)
@@ -339,22 +341,22 @@ def _grade(text):
     return {"layout": layout, "sbatch": sbatch}
 
 
-SOLUTION = r'''
+_SOLUTION = r'''
 from pathlib import Path
 
 # ⟪SLURM günlük klasörünü kendisi açmaz:
 # yoksa iş günlüksüz ölür‖SLURM does not create the log folder:
 # without it the job dies with no log⟫
 Path("runs").mkdir(exist_ok=True)
-# ⟪#SBATCH: 2 düğüm × 4 GPU, düğüm başına bir torchrun,
-# GPU başına 10 çekirdek (akya-cuda: 40/4);
+# ⟪#SBATCH: 2 düğüm × @GPUS@ GPU, düğüm başına bir torchrun,
+# GPU başına @PER_GPU@ çekirdek (@PARTITION@: @CORES@/@GPUS@);
 # USR1, süre dolmadan 300 s önce betiğe (B:) gelir.
 # Sonra: MASTER_ADDR düğüm listesinden, port iş numarasından, srun çekirdekleri bilsin,
 # bir rank ölünce iş bitsin (--kill-on-bad-exit), c10d buluşması; torchrun USR1'i işçilerine iletsin
 # (--signals-to-handle: torchrun 2.14 TORCHELASTIC_SIGNALS_TO_HANDLE değişkenini bu seçenekle ezer);
 # srun arka planda (&), tuzak (trap) USR1'i ona iletir, wait srun bitene dek bekler
-# ve iş yeniden kuyruğa girer.‖#SBATCH: 2 nodes × 4 GPUs, one torchrun per node,
-# 10 cores per GPU (akya-cuda: 40/4);
+# ve iş yeniden kuyruğa girer.‖#SBATCH: 2 nodes × @GPUS@ GPUs, one torchrun per node,
+# @PER_GPU@ cores per GPU (@PARTITION@: @CORES@/@GPUS@);
 # USR1 reaches the script (B:) 300 s before the time limit.
 # Then: MASTER_ADDR from the node list, the port from the job id, srun told the cores,
 # one dead rank ends the job (--kill-on-bad-exit), c10d rendezvous; torchrun passes USR1 on to its workers
@@ -363,11 +365,11 @@ Path("runs").mkdir(exist_ok=True)
 # and the job requeues itself.⟫
 ddp_job = """#!/bin/bash
 #SBATCH --job-name=ddp-own
-#SBATCH --partition=akya-cuda
+#SBATCH --partition=@PARTITION@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --gres=gpu:4
-#SBATCH --cpus-per-task=40
+#SBATCH --gres=gpu:@GPUS@
+#SBATCH --cpus-per-task=@CORES@
 #SBATCH --time=00:30:00
 #SBATCH --output=runs/%x-%j.out
 #SBATCH --signal=B:USR1@300
@@ -376,10 +378,10 @@ source "$HOME/ddp-tutorial/.venv/bin/activate"
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
-export OMP_NUM_THREADS=10
+export OMP_NUM_THREADS=@PER_GPU@
 
 srun --kill-on-bad-exit=1 python -m torch.distributed.run \\
-    --nnodes "$SLURM_NNODES" --nproc-per-node 4 \\
+    --nnodes "$SLURM_NNODES" --nproc-per-node @GPUS@ \\
     --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \\
     --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \\
     --max-restarts 0 train.py &
@@ -396,6 +398,16 @@ fi
 exit "$STATUS"
 """
 '''
+
+
+def _solution() -> str:
+    """The solution with the numbers of the exercise's partition: every GPU of a node, its cores per GPU."""
+    p = _profile()
+    return (_SOLUTION.replace("@PARTITION@", p.partition).replace("@GPUS@", str(p.gpus_per_node))
+            .replace("@PER_GPU@", str(p.cpus_per_gpu)).replace("@CORES@", str(p.gpus_per_node * p.cpus_per_gpu)))
+
+
+SOLUTION = _solution()
 
 
 def _stub(lang=None):

@@ -27,8 +27,8 @@ engines (world size = number of engines), and :func:`ddp_tutorial.ipp.stop` ends
 gives the allocation back. If the notebook kernel dies, its watchdog cancels the job.
 
     from ddp_tutorial import ipp
-    ipp.start_slurm(nodes=2, profile="akya-cuda", account="myaccount", reservation="ddp", time_limit="01:00:00")
-    results = ipp.train(TrainConfig(epochs=1), keep=True)   # world size 16 across two nodes
+    ipp.start_slurm(nodes=2, profile="gpu-a", account="myaccount", reservation="ddp", time_limit="01:00:00")
+    results = ipp.train(TrainConfig(epochs=1), keep=True)   # world size: the engines of both nodes
     ipp.stop()                                              # scancel: the nodes are free again
 """
 
@@ -241,8 +241,9 @@ def start(nodes: int = 1, engines_per_node: Optional[int] = None, gpus_per_node:
     through one SLURM job; keep them for
     :func:`ddp_tutorial.ipp.train` / :func:`~ddp_tutorial.ipp.run` (see the module docstring).
 
-    ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (partition, GPUs and cores
-    per node; default: the workshop's, :func:`ddp_tutorial.slurm.workshop_profile`). ``job``: the fields of
+    ``profile``: a site profile of :data:`ddp_tutorial.slurm.PROFILES` (a GPU partition of the session's site
+    table: partition, GPUs and cores per node; default: the workshop's,
+    :func:`ddp_tutorial.slurm.workshop_profile`). ``job``: the fields of
     :class:`ddp_tutorial.slurm.JobSpec` for the allocation and the set-up (partition, account, reservation, qos,
     run_dir, modules, conda, conda_env, venv, env, job_name …), with
     three names of their own here: ``cpus_per_engine`` (JobSpec's ``cpus_per_process``),

@@ -13,9 +13,9 @@ those would redirect every later ``sbatch`` of the day, the JupyterLab sessions 
 They become ``#SBATCH`` lines of the job script, so sbatch's own ``SBATCH_ACCOUNT``/``SBATCH_RESERVATION``/
 ``SBATCH_PARTITION`` still win over them (sbatch's rule), and :func:`class_preview` says so.
 
-Logs, results and checkpoints go where the site's table says job outputs belong (``[storage] outputs``, TRUBA:
-``/arf/scratch/$USER``), in ``ddp-runs`` there, when the job's profile belongs to a site table (or
-``DDP_TUTORIAL_SITE`` names one) and that folder exists or can be made; else in ``runs`` (relative to the
+Logs, results and checkpoints go where the site's table says job outputs belong (``[storage] outputs``, e.g.
+``/scratch/$USER``), in ``ddp-runs`` there, when a site's rules apply to the job's profile
+(:func:`ddp_tutorial.sites.site_for`) and that folder exists or can be made; else in ``runs`` (relative to the
 folder the job is submitted from), as before. :func:`class_preview` says which.
 
     job = class_job("seed", nodes=2, time="00:30:00", python=sys.executable, epochs=2)
@@ -35,7 +35,7 @@ from typing import Mapping, Optional
 from .. import sites
 from ..i18n import TutorialError, t
 from .presubmit import preview
-from .spec import PROFILES, JobSpec, workshop_profile
+from .spec import JobSpec, profiles, workshop_profile
 
 GPUS_VARIABLE = "DDP_TUTORIAL_SLURM_GPUS"
 ACCOUNT_VARIABLE = "DDP_TUTORIAL_SLURM_ACCOUNT"
@@ -53,7 +53,7 @@ class Outputs:
     """Where the class's jobs write their logs, results and checkpoints, and why there.
 
     ``path``: ``<site outputs>/ddp-runs`` when usable, else ``None`` (the jobs keep ``runs``);
-    ``site_folder``: the site's outputs folder as the table gives it (``/arf/scratch/$USER``) with its source,
+    ``site_folder``: the site's outputs folder as the table gives it (``/scratch/$USER``) with its source,
     ``None`` when no site table applies."""
 
     path: Optional[Path]
@@ -66,27 +66,8 @@ def _environ(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-def site_of(profile: str, environ: Optional[Mapping[str, str]] = None) -> Optional[sites.Site]:
-    """The site table that applies to ``profile``'s jobs: ``$DDP_TUTORIAL_SITE`` when set (``none``: no site),
-    else the shipped table whose partitions include the profile's partition (the TRUBA profiles → TRUBA)."""
-    env = _environ(environ)
-    if env.get(sites.SITE_VARIABLE, "").strip():
-        return sites.current(env)
-    named = getattr(PROFILES.get(profile), "site", None)  # a profile built from a site's table names it
-    if named:
-        return sites.load(named)
-    partition = PROFILES[profile].partition if profile in PROFILES else None
-    if not partition:
-        return None
-    for name in sites.names():
-        site = sites.load(name)
-        if partition in site.partitions:
-            return site
-    return None
-
-
 def _expand(folder: str, environ: Mapping[str, str]) -> Path:
-    """``/arf/scratch/$USER`` → this user's folder (``$USER`` from the environment, else the login name)."""
+    """``/scratch/$USER`` → this user's folder (``$USER`` from the environment, else the login name)."""
     user = environ.get("USER") or getpass.getuser()
     return Path(os.path.expanduser(folder.replace("${USER}", user).replace("$USER", user)))
 
@@ -103,7 +84,8 @@ def outputs(profile: Optional[str] = None, environ: Optional[Mapping[str, str]] 
     """Where ``profile``'s class jobs write (default: the workshop's profile): see :class:`Outputs`."""
     env = _environ(environ)
     profile = profile or workshop_profile(env)
-    site = site_of(profile, env)
+    known = profiles(env).get(profile)
+    site = sites.site_for(known.partition if known else None, environ=env)
     storage = site.section("storage") if site is not None else {}
     folder = storage.get("outputs")
     if not folder:
@@ -125,7 +107,7 @@ def class_gpus(profile: str, environ: Optional[Mapping[str, str]] = None) -> int
     """GPUs per node of the class's jobs: ``$DDP_TUTORIAL_SLURM_GPUS``, else the seed's 3 (fewer where the
     profile's nodes have fewer). More than the profile's nodes have is refused."""
     env = _environ(environ)
-    have = PROFILES[profile].gpus_per_node
+    have = profiles(env)[profile].gpus_per_node
     text = env.get(GPUS_VARIABLE, "").strip()
     if not text:
         return min(SEED_GPUS, have)
@@ -156,12 +138,12 @@ def class_job(template: str = "seed", *, cpu_processes: int = SEED_GPUS, profile
     profile = profile or workshop_profile(env)
     gpus = class_gpus(profile, env)
     values = dict(template=template, nodes=2, gpus_per_node=gpus, nproc_per_node=None if gpus else cpu_processes,
-                  cpus_per_process=PROFILES[profile].cpus_per_gpu if gpus else 1,
+                  cpus_per_process=profiles(env)[profile].cpus_per_gpu if gpus else 1,
                   account=_name(ACCOUNT_VARIABLE, env), reservation=_name(RESERVATION_VARIABLE, env))
     values.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("run_dir") is None:
         values["run_dir"] = class_run_dir(profile=profile, environ=env)
-    return JobSpec.from_profile(profile, **values)
+    return JobSpec.from_profile(profile, environ=env, **values)
 
 
 def engine_defaults(profile: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> dict:

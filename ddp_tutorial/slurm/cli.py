@@ -233,11 +233,20 @@ def _cmd_result(args) -> int:
     return 0
 
 
+def _profile_choices() -> Optional[List[str]]:
+    """The session's site profiles for ``--profile``; None when ``$DDP_TUTORIAL_SITE`` names no table (the
+    command then says so in one line, when it reads the profiles)."""
+    try:
+        return list(PROFILES)
+    except TutorialError:
+        return None
+
+
 def add_render_arguments(p: argparse.ArgumentParser) -> None:
     """``slurm render``'s options: one per field of :class:`JobSpec` with a ``flag`` in its table (the
     help's ``{default}`` from the table; every default here is ``None``: the profile's or the spec's
     applies), the training options from :class:`~ddp_tutorial.config.TrainConfig`'s table, and the profile."""
-    p.add_argument("--profile", choices=list(PROFILES), default=None,
+    p.add_argument("--profile", choices=_profile_choices(), default=None,
                    help=t("slurm.cli.profile", variable=PROFILE_VARIABLE))
     for f in fields(JobSpec):
         flag = f.metadata.get("flag")

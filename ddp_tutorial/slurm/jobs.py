@@ -4,7 +4,7 @@ Submitting uses ``sbatch --parsable``; the state comes from ``scontrol show job`
 (``sacct`` when the job is no longer known to the controller); :func:`wait` polls
 (``sbatch --wait`` backs off to 32 s between checks).
 
-    spec = JobSpec.from_profile("palamut-cuda", nodes=2, account="myaccount")
+    spec = JobSpec.from_profile(workshop_profile(), nodes=2, account="myaccount")
     script = write_script(render(spec), "job.sh")
     job = submit(script)
     info = wait(job)

@@ -23,7 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..i18n import TutorialError, t
 from .jobs import test_only
-from .spec import PROFILES, JobSpec
+from .spec import JobSpec, profiles
 
 #: What sbatch reads from the environment for the three fields (sbatch's rule: command line, then these,
 #: then the script's #SBATCH lines).
@@ -67,8 +67,9 @@ def preview(spec: JobSpec, environ: Optional[Mapping[str, str]] = None, profile:
     and the shape (nodes, processes, GPUs, cores, time)."""
     values = sbatch_values(spec, environ)
     lines: List[str] = [t("slurm.preview.title")]
-    if profile is not None and profile in PROFILES:
-        lines.append("  " + t("slurm.preview.profile", name=profile, description=PROFILES[profile].description))
+    known = profiles(environ)
+    if profile is not None and profile in known:
+        lines.append("  " + t("slurm.preview.profile", name=profile, description=known[profile].description))
     for name, (value, source) in values.items():
         if source == "variable":
             where = t("slurm.preview.from_variable", name=SBATCH_VARIABLES[name])

@@ -1,5 +1,8 @@
 """What a SLURM job asks for: site profiles, the job spec as one table, and the check of every value.
 
+The profiles are the GPU partitions of the session's site table (:func:`ddp_tutorial.sites.session`:
+``$DDP_TUTORIAL_SITE``, a shipped name or a TOML file; unset, the shipped default), plus ``generic``.
+
 Each field of :class:`JobSpec` is defined once, by :func:`job_field`: its default, its rule
 (:mod:`.rules`), its ``slurm render`` flag and the catalogue key of its ``--help`` line (whose
 ``{default}`` is filled from the table). :func:`validate` is a loop over that table plus the few
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 from .. import sites
 from ..config import JOB_OPTIONS, TRAIN_RULES, TrainConfig, add_train_arguments, config_from_args
@@ -46,7 +50,7 @@ class Profile:
     """What a partition's nodes offer: GPUs per node, the CPU cores that go with each GPU, and the cores
     of a node (``gpus_per_node × cpus_per_gpu`` never exceeds them); ``site``: the site table
     (:mod:`ddp_tutorial.sites`) it comes from. (Which torch build the site's GPUs need is
-    :data:`ddp_tutorial.gpu.SITES`' to say: one table of builds.)"""
+    :data:`ddp_tutorial.gpu.SITES`' to say, from the same table.)"""
 
     name: str
     partition: Optional[str]
@@ -60,7 +64,7 @@ class Profile:
 
     @property
     def description(self) -> str:
-        """One line in the user's language: "TRUBA akya-cuda: 4× NVIDIA V100 16 GB, 40 cores, 10 per GPU"."""
+        """One line in the user's language: "SITE gpu-a: 4× NVIDIA V100 16 GB, 40 cores, 10 per GPU"."""
         model = (self.gpu or "").split(",")[0]
         return t(self.description_key, site=self.site.upper() if self.site else "", partition=self.partition,
                  gpus=self.gpus_per_node, model=model, cores=self.cores_per_node, per_gpu=self.cpus_per_gpu)
@@ -78,10 +82,34 @@ def site_profiles(site: "sites.Site") -> List[Profile]:
     return found
 
 
-#: ``generic``, then TRUBA's GPU partitions from its site table (ddp_tutorial/sites/truba.toml).
-PROFILES: Dict[str, Profile] = {
-    p.name: p for p in (Profile("generic", None, 0, 1, "slurm.profile.generic"), *site_profiles(sites.load("truba")))
-}
+#: The cluster's default partition, no GPUs unless asked: the profile of a job that names no partition.
+GENERIC = Profile("generic", None, 0, 1, "slurm.profile.generic")
+
+
+def profiles(environ=None) -> Dict[str, Profile]:
+    """``generic``, then the GPU partitions of the session's site table (:func:`ddp_tutorial.sites.session`)."""
+    return {p.name: p for p in (GENERIC, *site_profiles(sites.session(environ)))}
+
+
+class SessionProfiles(Mapping):
+    """:func:`profiles` as a read-only mapping that follows ``$DDP_TUTORIAL_SITE`` at every look-up:
+    ``PROFILES["gpu-a"]``, ``list(PROFILES)``."""
+
+    def __getitem__(self, name: str) -> Profile:
+        return profiles()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(profiles())
+
+    def __len__(self) -> int:
+        return len(profiles())
+
+    def __repr__(self) -> str:
+        return f"PROFILES({', '.join(self)})"
+
+
+#: The profiles of the session's site (``generic`` first), read anew from its table at each look-up.
+PROFILES: Mapping = SessionProfiles()
 
 
 #: The one place the workshop's profile comes from (05, ``slurm render``, ``ipp.start_slurm``).
@@ -96,12 +124,13 @@ def workshop_profile(environ=None) -> str:
     env = os.environ if environ is None else environ
     name = env.get(PROFILE_VARIABLE, "").strip()
     partition = env.get("SBATCH_PARTITION", "").strip()
+    known = profiles(env)
     if not name:
-        return next((p.name for p in PROFILES.values() if p.partition and p.partition == partition), "generic")
-    if name not in PROFILES:
+        return next((p.name for p in known.values() if p.partition and p.partition == partition), "generic")
+    if name not in known:
         raise TutorialError("slurm.unknown_profile_variable", name=name, variable=PROFILE_VARIABLE,
-                            choices=", ".join(PROFILES))
-    wanted = PROFILES[name].partition
+                            choices=", ".join(known))
+    wanted = known[name].partition
     if partition and wanted and partition != wanted:
         raise TutorialError("slurm.profile_partition_conflict", profile=name, partition=wanted, sbatch=partition,
                             variable=PROFILE_VARIABLE)
@@ -203,12 +232,14 @@ class JobSpec(TrainingOptions):
                               cli=dict(action="store_true"))
 
     @classmethod
-    def from_profile(cls, profile: str = "generic", **overrides) -> "JobSpec":
-        """A spec for a site profile: ``from_profile("palamut-cuda", nodes=2)`` → 8 GPUs, 16 cores each,
-        at most 128 cores per node. ``None`` in ``overrides`` means "the profile's / the default"."""
-        if profile not in PROFILES:
-            raise TutorialError("slurm.unknown_profile", name=profile, choices=", ".join(PROFILES))
-        p = PROFILES[profile]
+    def from_profile(cls, profile: str = "generic", *, environ=None, **overrides) -> "JobSpec":
+        """A spec for a site profile: on a partition ``gpu-a`` of 8 GPUs and 128 cores per node,
+        ``from_profile("gpu-a", nodes=2)`` → 8 GPUs, 16 cores each, at most 128 cores per node. ``None`` in
+        ``overrides`` means "the profile's / the default"; ``environ``: where ``$DDP_TUTORIAL_SITE`` is read."""
+        known = profiles(environ)
+        if profile not in known:
+            raise TutorialError("slurm.unknown_profile", name=profile, choices=", ".join(known))
+        p = known[profile]
         values = dict(partition=p.partition, gpus_per_node=p.gpus_per_node, cpus_per_process=p.cpus_per_gpu,
                       cores_per_node=p.cores_per_node)
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -258,7 +289,7 @@ def _gpus_or_processes(spec: JobSpec) -> None:
 
 
 def _fits_the_node(spec: JobSpec) -> None:
-    """A node's tasks ask for no more cores than the node has (akya-cuda: 3 GPUs × 16 cores = 48 > 40),
+    """A node's tasks ask for no more cores than the node has (on 40-core nodes: 3 GPUs × 16 cores = 48 > 40),
     and the job stays within its partition's written rules where a site table has them (T5-8)."""
     asked = spec.cpus_per_task * spec.tasks_per_node
     if spec.cores_per_node is not None and asked > spec.cores_per_node:
@@ -300,24 +331,12 @@ def _signal_inside_the_limit(spec: JobSpec) -> None:
                             early=SIGNAL_EARLY_SECONDS, smallest=smallest)
 
 
-def site_of(spec: JobSpec) -> Optional["sites.Site"]:
-    """The site table whose rules ``spec``'s partition follows: ``$DDP_TUTORIAL_SITE``'s, else the site of
-    the profile for that partition (akya-cuda → TRUBA); ``None``: no partition, or none a table knows."""
-    if spec.partition is None:
-        return None
-    site = sites.current()
-    if site is not None:
-        return site if spec.partition in site.partitions else None
-    profile = next((p for p in PROFILES.values() if p.site and p.partition == spec.partition), None)
-    return sites.load(profile.site) if profile else None
-
-
 def _within_the_partition(spec: JobSpec) -> None:
     """A job the site's written rules refuse is refused here, in the table's words (T5-8): more GPUs or
     nodes than the partition has, fewer cores per GPU or per job than its minimum, no GPU on a GPU-only
     partition, a time over its limit. The first broken rule is said (:meth:`~ddp_tutorial.sites.Site.check_job`
     lists them all)."""
-    site = site_of(spec)
+    site = sites.site_for(spec.partition) if spec.partition is not None else None
     if site is None:
         return
     cores = spec.cpus_per_task * spec.tasks_per_node
