@@ -263,6 +263,53 @@ def load(name: str = "truba") -> Site:
         return _site(tomllib.load(f))
 
 
+#: The shipped site whose table gives the profiles, the exercises' partitions and the build table when
+#: ``$DDP_TUTORIAL_SITE`` names none.
+DEFAULT_SITE = "truba"
+
+
+def _named(name: str) -> Site:
+    """The table ``name`` names (a shipped name or a TOML file); one clear line when there is none."""
+    try:
+        return load(name)
+    except (OSError, ValueError):  # no such file or name, or not a TOML table (TOMLDecodeError is a ValueError)
+        from ..i18n import TutorialError
+        raise TutorialError("site_show.unknown_site", site=name, sites=", ".join(names()),
+                            variable=SITE_VARIABLE) from None
+
+
+def session(environ=None) -> Site:
+    """The site this session works at: ``$DDP_TUTORIAL_SITE``'s table, else (unset or ``none``) the shipped
+    default (:data:`DEFAULT_SITE`). Its GPU partitions are ``slurm render``'s profiles."""
+    env = os.environ if environ is None else environ
+    named = env.get(SITE_VARIABLE, "").strip()
+    return _named(named) if named and named.lower() != "none" else load(DEFAULT_SITE)
+
+
+def site_for(partition: Optional[str] = None, *, name: Optional[str] = None, environ=None) -> Optional[Site]:
+    """The one answer to "which site's rules apply to this partition / this session?".
+
+    ``name`` (a ``--site`` flag) or else ``$DDP_TUTORIAL_SITE`` names the site (``none``: no site, ``None``
+    returned). A site named: its table when ``partition`` is ``None`` (the session's) or one of its
+    partitions, else ``None`` (a partition the table does not know has no written rules). No site named:
+    the shipped table with a GPU partition of that name (a site profile's: the default first), ``None``
+    without one (a ``debug`` or ``cpu`` partition of another cluster is that cluster's SLURM's to judge)."""
+    env = os.environ if environ is None else environ
+    named = (name or env.get(SITE_VARIABLE, "")).strip()
+    if named:
+        if named.lower() == "none":
+            return None
+        site = _named(named)
+        return site if partition is None or partition in site.partitions else None
+    if not partition:
+        return None
+    for shipped in (DEFAULT_SITE, *names()):
+        site = load(shipped)
+        if partition in site.partitions and site.partitions[partition].gpus_per_node:
+            return site
+    return None
+
+
 def current(environ=None) -> Optional[Site]:
     """The site named by ``$DDP_TUTORIAL_SITE`` (a name or a file), else ``None`` (also for ``none``,
     setup.sh's way to say "no site")."""
