@@ -494,9 +494,11 @@ def test_own_script_is_run_by_every_process(template, tmp_path):
     assert argv[-4:] == ["/home/me/my train.py", "--out", "two words", "$HOME"]
     if template == "per-gpu":
         assert "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS" in text
-        assert argv[argv.index("rank-env") + 1] == "python"
-    else:
-        assert argv[argv.index("--max-restarts") + 2] == "/home/me/my train.py"  # torchrun runs the file
+        assert argv[argv.index("rank-env") + 1:argv.index("rank-env") + 3] == ["python", "-c"]  # the rank check
+    else:  # torchrun runs the file through the rank check (ddp_tutorial/convention.py)
+        start = argv.index("--max-restarts") + 2
+        assert argv[start:start + 4] == ["--no-python", "python", "-u", "-c"]
+        assert argv[start + 5] == "/home/me/my train.py"
 
 
 def test_own_script_on_the_command_line(tmp_path, capsys):

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, List
 
+from .. import convention
 from ..atomic import write_text
 from ..i18n import TutorialError, language, localize_code, t
 from .spec import TEMPLATES, JobSpec, validate
@@ -217,7 +218,20 @@ def _settings_lines(spec: JobSpec, lang: str) -> List[str]:
              for code, comment in pairs]
     lines += _nccl_lines(spec, lang)
     lines += [f"export {key}={q(value)}" for key, value in spec.env]
+    if own:
+        lines += _rank_check_lines(spec, lang)
     return lines
+
+
+def _rank_check_lines(spec: JobSpec, lang: str) -> List[str]:
+    """The convention the job gives its processes, and the check that stops a script reading the other one
+    (:mod:`ddp_tutorial.convention`): DDP_TUTORIAL_RANK_CHECK holds the Python every process runs the script
+    through (in the environment, not on the command line: torchrun's failure report prints the command)."""
+    return [*_comment("slurm_script.rank_check", lang),
+            f"export DDP_TUTORIAL_CONVENTION={convention.meant(spec.template)}",
+            "export DDP_TUTORIAL_RANK_CHECK=\"$(cat <<'RANK_CHECK_PY'", convention.runner(lang).rstrip("\n"),
+            "RANK_CHECK_PY", ")\"",
+            """CHECKED='import os; exec(os.environ["DDP_TUTORIAL_RANK_CHECK"])'"""]
 
 
 def _comment(key: str, lang: str) -> List[str]:
@@ -247,11 +261,13 @@ PROGRAMS = {
     ("torchrun", False): "-m ddp_tutorial.train \\\n    " + _TRAINING,
     # srun sets SLURM_PROCID etc. per task; a DDP script expects the torchrun names: export them
     # inside each task (single quotes: expanded by the task's shell, not by this script).
+    # Each process runs the script through the rank check ("$PYTHON" -c "$CHECKED" SCRIPT ARGS…).
     ("per-gpu", True): ("bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"
                         " LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec \"$@\"' rank-env \\\n"
-                        '    "$PYTHON" "$SCRIPT" "${SCRIPT_ARGS[@]}"'),
-    # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT itself.
-    ("torchrun", True): '"$SCRIPT" "${SCRIPT_ARGS[@]}"',
+                        '    "$PYTHON" -c "$CHECKED" "$SCRIPT" "${SCRIPT_ARGS[@]}"'),
+    # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT itself;
+    # --no-python: it starts the command as given (-u: unbuffered, as torchrun's own python -u).
+    ("torchrun", True): '--no-python "$PYTHON" -u -c "$CHECKED" "$SCRIPT" "${SCRIPT_ARGS[@]}"',
 }
 
 
