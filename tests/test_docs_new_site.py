@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 KIT = REPO / "docs" / "instructor" / "README.md"
 KIT_TR = REPO / "docs" / "instructor" / "README.tr.md"
 HEADING = "## Bringing the workshop to another SLURM site"
-HEADING_TR = "## Çalıştayı başka bir SLURM merkezine taşımak"
+HEADING_TR = "## Atölyeyi başka bir SLURM merkezine taşımak"
 
 
 def section(path: Path, heading: str) -> str:

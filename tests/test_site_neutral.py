@@ -24,10 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: Partition names that are plain words of the code too ("debug" logging): not a sign of one centre.
 GENERIC_NAMES = {"debug"}
 #: Files allowed to name a site's partitions for now, with why.
-ALLOWED = {
-    # TODO(issue 46): helper H2 is moving the class rehearsal's TRUBA names into the site table.
-    "scripts/rehearse_class.py": "the class rehearsal's docstring (TRUBA's shape, being moved to the table)",
-}
+ALLOWED: dict = {}  # file → why it may name a site's partition (none: every name lives in the site tables)
 
 MADE_UP = """
 [guide]

@@ -137,6 +137,15 @@ def workshop_profile(environ=None) -> str:
     return name
 
 
+def day_profile(environ=None) -> Profile:
+    """A GPU profile to show a GPU job with when the workshop's own has none (05's seed job on a CPU session):
+    the profile of the day's jobs (the session site's ``[day] job_partition``), else its first GPU profile."""
+    known = profiles(environ)
+    wanted = sites.session(environ).section("day").get("job_partition")
+    gpu = [p for p in known.values() if p.gpus_per_node]
+    return known[wanted] if wanted in known and known[wanted].gpus_per_node else (gpu[0] if gpu else GENERIC)
+
+
 def job_field(default=None, *, rule=None, flag: Optional[str] = None, help: Optional[str] = None,
               cli: Optional[dict] = None):
     """One field of :class:`JobSpec` and everything derived from it: ``rule`` (:mod:`.rules`; ``None``
