@@ -171,9 +171,26 @@ def _rules_line(site: Site, partition: str, violations, lang: Optional[str]) -> 
     if violations:
         return ["  !! " + v.text(lang) for v in violations]
     p = site.partitions[partition]
-    said = [t(key, lang, value=getattr(p, name), source=p.source_of(name))
+    said = [_sourced(t(key, lang, value=getattr(p, name)), p.source_of(name), lang)
             for name, key in PLAN_RULE_KEYS.items() if getattr(p, name)]
     return ["  " + t("site_plan.rules_ok", lang, partition=partition, rules=", ".join(said))]
+
+
+def _sourced(text: str, source: str, lang: Optional[str]) -> str:
+    """``text (source)``; ``text`` alone where the table gives no source."""
+    return t("site_plan.sourced", lang, text=text, source=source) if source else text
+
+
+def _title(p: DayPlan, lang: Optional[str]) -> str:
+    """The plan's first line: the site, the day, and where the table came from (the guide at its commit, or
+    the cluster's SLURM on a host and date for a table ``site derive`` wrote)."""
+    site = p.site
+    fields = dict(site=site.short_name, attendees=p.attendees, start=p.day[0], end=p.day[1])
+    if site.origin == "slurm":
+        derived = site.section("derived")
+        return t("site_plan.title_derived", lang, host=derived.get("host", "?"), date=derived.get("date", "?"),
+                 **fields)
+    return t("site_plan.title", lang, commit=site.section("guide").get("commit", "?")[:7], **fields)
 
 
 def _reservation_line(r: Reservation, lang: Optional[str]) -> str:
@@ -186,7 +203,7 @@ def _reservation_line(r: Reservation, lang: Optional[str]) -> str:
                     gpu_hours=number(r.gpu_hours, lang))
 
 
-def _account_line(a: Account, caps_source: str, lang: Optional[str]) -> str:
+def _account_line(a: Account, lang: Optional[str]) -> str:
     kind = t(ACCOUNT_KEYS[a.kind], lang)
     if a.day_ok:
         return "  " + t("site_plan.account_ok", lang, kind=kind, cap=a.cap, session=a.session, job=a.job,
@@ -198,10 +215,8 @@ def _account_line(a: Account, caps_source: str, lang: Optional[str]) -> str:
 
 
 def format_plan(p: DayPlan, lang: Optional[str] = None) -> str:
-    site, guide = p.site, p.site.section("guide")
-    caps = site.section("caps")
-    lines = [t("site_plan.title", lang, site=site.short_name, attendees=p.attendees, start=p.day[0], end=p.day[1],
-               commit=guide.get("commit", "?")[:7]), ""]
+    site, caps = p.site, p.site.section("caps")
+    lines = [_title(p, lang), ""]
     lines.append(t("site_plan.sessions_head", lang))
     lines.append("  " + t("site_plan.sessions", lang, partition=p.session_partition, cores=p.session_cores,
                           time=p.session_time, count=len(p.sessions),
@@ -225,7 +240,10 @@ def format_plan(p: DayPlan, lang: Optional[str] = None) -> str:
                           partition=chosen.partition, share=percent(chosen.share, 0, lang), start=p.window[0],
                           end=p.window[1]))
     lines.append("")
-    lines.append(t("site_plan.accounts_head", lang, source=caps.get("source", "?")))
-    lines += [_account_line(a, caps.get("source", "?"), lang) for a in p.accounts]
-    lines.append("  " + t("site_plan.caps_note", lang, source=caps.get("note_source", "?")))
+    source, note_source = caps.get("source"), caps.get("note_source")
+    lines.append(t("site_plan.accounts_head", lang, source=source) if source
+                 else t("site_plan.accounts_head_unsourced", lang))
+    lines += [_account_line(a, lang) for a in p.accounts]
+    lines.append("  " + (t("site_plan.caps_note", lang, source=note_source) if note_source
+                         else t("site_plan.caps_note_unsourced", lang)))
     return "\n".join(lines)

@@ -9,7 +9,7 @@ although ``nvidia-smi`` shows it:
   for execution on the device" on the first CUDA operation.
 
 This module is the ONE place that knows the builds of the pinned torch (:data:`VARIANTS`) and the rule between
-them and a site's GPU nodes (:data:`SITES`, read from the site tables of :mod:`ddp_tutorial.sites`: each GPU
+them and a site's GPU nodes (:data:`SITES`, read from the site tables by :mod:`ddp_tutorial.gpu_sites`: each GPU
 partition's ``sm_XY`` and the ``[gpu]`` table's driver). No torch import at module level: ``scripts/setup.sh``
 asks it which build to install before torch exists (``python -m ddp_tutorial.gpu choose [--site truba]``,
 :func:`choose`); ``ddp-tutorial env`` / notebook 00 print :func:`report` (this machine's facts and the verdict,
@@ -35,7 +35,6 @@ cu130 was checked here; ``ddp-tutorial env`` on a GPU node is the real check (to
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -43,11 +42,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import sites as site_tables
 from .gpu_grant import unusable
+# A site's GPU nodes, read from its table (gpu_sites); site_gpus stays reachable as gpu.site_gpus for site-check
+from .gpu_sites import SITES, Capability, known_sites, site_gpus, site_named  # noqa: F401
 from .i18n import TutorialError, t
-
-Capability = Tuple[int, int]
 
 TORCH_VERSION = "2.14.1"        # the pin (scripts/setup.sh, the container recipe in docs/truba.md)
 TORCHVISION_VERSION = "0.29.1"  # torchvision's release that goes with it
@@ -75,71 +73,6 @@ VARIANTS: Dict[str, Variant] = {  # the builds of TORCH_VERSION that exist, in o
 DEFAULT_VARIANT = next(name for name, v in VARIANTS.items() if v.pypi)
 # The minimum driver for a CUDA major version (minor-version compatibility), for builds not in the table.
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: 450, 12: 525, 13: 580}
-
-
-@dataclass(frozen=True)
-class Site:
-    """A centre's GPU partitions (their compute capability), the lowest driver it documents, and the module
-    that gives a Python >= 3.11 on its login nodes (scripts/python_check.sh reads the first quoted
-    ``python_module`` value of this file), checked on the site itself or not."""
-
-    name: str
-    driver: str
-    partitions: Dict[str, Capability]
-    python_module: str = ""
-    python_module_verified: bool = False
-
-
-#: The module that gives a Python >= 3.11 on a site's login nodes, and whether that name was checked there
-#: (scripts/python_check.sh reads the first quoted ``python_module`` value of this file: it cannot import the
-#: package). TRUBA: python.rst says comp/python/3.12.2, the ARF page's older module list 3.12.0, users' notes
-#: 3.12.2 does not exist (login nodes: python3 3.9.18). Unchecked: `module av python` tells.
-PYTHON_MODULES = {"truba": dict(python_module="comp/python/3.12.0", python_module_verified=False)}
-
-
-def capability_of(gpu_text: Optional[str]) -> Optional[Capability]:
-    """A site table's ``gpu`` field ("V100 16 GB, sm_70") → its compute capability ``(7, 0)``; None without one."""
-    match = re.search(r"\bsm_(\d+)(\d)\b", gpu_text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def site_gpus(table: "site_tables.Site") -> Optional[Site]:
-    """A site table's GPU nodes as the build rule needs them: each GPU partition's compute capability (from its
-    ``gpu`` field), the lowest driver its ``[gpu]`` table documents (``""``: not stated), the Python module of
-    :data:`PYTHON_MODULES`; None when no partition names its GPUs' ``sm_XY``."""
-    partitions = {p.name: capability_of(p.gpu) for p in table.partitions.values() if p.gpus_per_node}
-    partitions = {name: cap for name, cap in partitions.items() if cap is not None}
-    if not partitions:
-        return None
-    return Site(table.name, str(table.section("gpu").get("driver", "")), partitions,
-                **PYTHON_MODULES.get(table.name, {}))
-
-
-#: The GPU nodes of every shipped site table (``ddp_tutorial/sites/*.toml``), by the site's name.
-SITES: Dict[str, Site] = {name: found for name in site_tables.names()
-                          if (found := site_gpus(site_tables.load(name))) is not None}
-
-
-def site_named(name: str) -> Optional[Site]:
-    """A site's GPU nodes by name: a shipped site, else the session's table (``$DDP_TUTORIAL_SITE``) when
-    ``name`` is its name or its file, else the table in the TOML file ``name``; None when none of these."""
-    if name in SITES:
-        return SITES[name]
-    table = site_tables.current()
-    if table is not None and name in (table.name, os.environ.get(site_tables.SITE_VARIABLE, "").strip()):
-        return site_gpus(table)
-    if name.endswith(".toml") or os.sep in name:  # a table's file (site-check --site FILE)
-        try:
-            return site_gpus(site_tables.load(name))
-        except (OSError, ValueError):
-            return None
-    return None
-
-
-def known_sites() -> List[str]:
-    """The names :func:`site_named` answers: the shipped sites, and the session's."""
-    table = site_tables.current()
-    return [*SITES, *([table.name] if table is not None and table.name not in SITES else [])]
 
 
 SOURCES = {

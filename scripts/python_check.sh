@@ -1,7 +1,7 @@
 # Sourced by scripts/setup.sh, scripts/lab.sh and scripts/lab_job.sh before anything else (issue 34 item 2, review N2):
 # the package needs Python >= 3.11 (tomllib), and a login node's python3 is often 3.6 or 3.9. Without this
 # check setup.sh died later in `python -m ddp_tutorial.gpu` with a traceback. The module that gives a newer
-# Python on TRUBA comes from the site table, ddp_tutorial/gpu.py (SITES: python_module=, and whether that
+# Python on TRUBA comes from ddp_tutorial/gpu_sites.py (PYTHON_MODULES: python_module=, and whether that
 # name was verified on the site): read from the file, since this Python cannot import the package.
 #
 #   python_check PYTHON LANG SCRIPT   # LANG: tr | en | "" (both, in one line); SCRIPT: setup.sh or lab.sh
@@ -21,7 +21,7 @@ python_check() {
   if "$py" -c 'import sys, tomllib; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then
     return 0
   fi
-  here=$(dirname "${BASH_SOURCE[0]}")/../ddp_tutorial/gpu.py
+  here=$(dirname "${BASH_SOURCE[0]}")/../ddp_tutorial/gpu_sites.py
   if command -v "$py" >/dev/null 2>&1; then
     found=$("$py" --version 2>&1 | head -n 1 | cut -c 1-80) || true   # (set -o pipefail: a failing --version too)
   else

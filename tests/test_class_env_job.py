@@ -139,3 +139,21 @@ def test_the_lab_accepts_it_and_a_job_runs_setup_on_a_compute_node(slurm_cluster
                      text), text
     assert "already holds files and is no class environment made by this script" in text, text
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"], "setup.sh changed a folder it refused"
+
+
+@pytest.mark.parametrize("lang, words", [("en", "is on {shared}: the guide forbids users' own pip installs there"),
+                                         ("tr", "{shared} üzerinde: kılavuz kullanıcıların orada pip ile kurmasını")])
+def test_setup_follows_the_classs_site_table(tmp_path, lang, words):
+    """Issue 46: the job builds for the class's table ($DDP_TUTORIAL_SITE, a TOML file here), not TRUBA's: setup.sh
+    reads that table's storage rule (pip forbidden on the class's shared folder, a rule TRUBA's table does not
+    have), says so, and stops at the Python check (a missing PYTHON) before anything is installed."""
+    shared = tmp_path / "shared"
+    table = tmp_path / "class-site.toml"
+    table.write_text(f'[site]\nname = "classhpc"\ntitle = "CLASS-HPC"\n\n[storage]\nno_pip_on = "{shared}"\n'
+                     'no_pip_source = "the centre\'s storage page"\n', encoding="utf-8")
+    proc = run(str(shared / "env"), home=tmp_path / "home",
+               env_extra={"SLURM_JOB_ID": "1", "SLURM_SUBMIT_DIR": str(REPO), "DDP_TUTORIAL_LANG": lang,
+                          "DDP_TUTORIAL_SITE": str(table), "PYTHON": str(tmp_path / "no-such-python3.12")})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert words.format(shared=shared) in proc.stdout and "the centre's storage page" in proc.stdout, proc.stdout
+    assert "no-such-python3.12" in proc.stderr and not (shared / "env").exists(), proc.stderr

@@ -1,7 +1,7 @@
 """Issue 34 item 2 (review N2): scripts/setup.sh and scripts/lab.sh check the Python interpreter before
 anything else. The package needs Python >= 3.11 (tomllib); an EL login node's python3 is 3.6 or 3.9, and
 setup.sh used to die later with a ModuleNotFoundError traceback. Now: one line, in the user's language,
-that names TRUBA's module (from the site table, ddp_tutorial/gpu.py, marked when it is not verified) and
+that names TRUBA's module (from ddp_tutorial/gpu_sites.py, marked when it is not verified) and
 exit code 2. The old Python is a stand-in on PATH (this machine has no Python older than 3.11)."""
 
 import os
@@ -86,7 +86,7 @@ def _fresh_checkout(tmp_path) -> Path:
     for name in ("lab.sh", "setup.sh", "python_check.sh", "workshop_copy.sh"):
         shutil.copy(REPO / "scripts" / name, clone / "scripts" / name)
     (clone / "ddp_tutorial").mkdir()
-    shutil.copy(REPO / "ddp_tutorial" / "gpu.py", clone / "ddp_tutorial" / "gpu.py")
+    shutil.copy(REPO / "ddp_tutorial" / "gpu_sites.py", clone / "ddp_tutorial" / "gpu_sites.py")
     shutil.copy(REPO / "pyproject.toml", clone / "pyproject.toml")
     return clone
 

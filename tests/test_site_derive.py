@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ddp_tutorial import sites
+from ddp_tutorial.i18n import t
 from ddp_tutorial.sites import derive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +71,8 @@ def _equals_truba(site: sites.Site) -> None:
     day = site.section("day")
     assert (day["session_partition"], day["job_partition"]) == (truba.section("day")["session_partition"],
                                                                 truba.section("day")["job_partition"])
+    # proposed without the partitions' minimums (SLURM does not say them): what must meet them is to fill too
+    assert {"session_partition", "session_cores", "job_partition", "job_gpus_per_node"} <= set(left["day"]), left
 
 
 def test_the_captured_text_gives_trubas_table(tmp_path):
@@ -83,13 +86,17 @@ def test_the_captured_text_gives_trubas_table(tmp_path):
 def test_site_show_lists_what_is_to_fill(tmp_path):
     path = tmp_path / "lab.toml"
     path.write_text(captured())
-    for lang, words in (("en", "Still to fill"), ("tr", "Doldurulacaklar")):
+    for lang in ("en", "tr"):
+        words = t("site_show.to_fill_head", lang)   # the catalogue's heading, in that language
         proc = subprocess.run([*CLI, "site", "show", "--site", str(path)], capture_output=True, text=True,
                               env={**os.environ, "DDP_TUTORIAL_LANG": lang}, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert words in proc.stdout and "[partitions.akya-cuda] cores_per_gpu, min_gpus, gpu_only, min_cores" \
             in proc.stdout
         assert "scontrol show partition akya-cuda: MaxTime" in proc.stdout
+        default = {"en": "partition debug (the default: a job without --partition runs here)",
+                   "tr": "kuyruk debug (varsayılan: --partition vermeyen iş burada çalışır)"}[lang]
+        assert proc.stdout.count(default) == 1, proc.stdout   # SLURM's Default=YES, on that partition only
 
 
 def test_a_rule_from_slurm_is_not_called_the_guides(tmp_path, monkeypatch):
@@ -101,6 +108,59 @@ def test_a_rule_from_slurm_is_not_called_the_guides(tmp_path, monkeypatch):
         "akya-cuda: 4 GPUs per node (LAB's SLURM, scontrol show node akya[1-4]: Gres); this job asks 8.")
     assert "LAB SLURM yapılandırması, scontrol show node akya[1-4]: Gres" in broken.error().text("tr")
     assert "guide" not in broken.text("en")
+
+
+def filled_by_hand(path: Path) -> sites.Site:
+    """The captured table as a person completes part of it: akya-cuda's cores per GPU from the centre's page
+    (a source of their own), its minimum cores with no source, the caps without one; the rest as SLURM told."""
+    text = captured()
+    for old, new in (("cores_per_gpu = 10   # TO FILL", "cores_per_gpu = 16   # was TO FILL"),
+                     ('cores_per_gpu = "scontrol show node akya[1-4]: CPUTot / Gres"', 'cores_per_gpu = "gpu.rst:46"'),
+                     ("# min_cores = ?   # TO FILL: the least cores per job a submit plugin enforces (SLURM does not "
+                      "say)\nsources = { nodes = \"scontrol show partition akya-cuda",
+                      "min_cores = 8\nsources = { nodes = \"scontrol show partition akya-cuda"),
+                     ("# undergraduate = ?", "undergraduate = 4"), ("# masters = ?", "masters = 40"),
+                     ("# phd = ?", "phd = 160")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    return sites.load_file(path)
+
+
+def test_a_value_a_person_filled_is_the_tables_not_slurms(tmp_path):
+    """Per field: a value whose source is site derive's own scontrol command is SLURM's; one a person filled is
+    the table's, with the source they gave (or none)."""
+    site = filled_by_hand(tmp_path / "lab.toml")
+    broken = {v.rule: v for v in site.check_job("akya-cuda", nodes=1, gpus_per_node=8, cores_per_node=4)}
+    assert set(broken) == {"gpus_per_node", "cores_per_gpu", "min_cores"}, broken
+    assert "(LAB's SLURM, scontrol show node akya[1-4]: Gres)" in broken["gpus_per_node"].text("en")
+    assert broken["cores_per_gpu"].text("en").startswith("akya-cuda: at least 16 cores per GPU (LAB's table, "
+                                                         "gpu.rst:46); this job asks 0.")
+    assert "(LAB merkez tablosu, gpu.rst:46)" in broken["cores_per_gpu"].error().text("tr")
+    assert "at least 8 cores per job (LAB's table); this job asks 4" in broken["min_cores"].text("en")
+    assert "(LAB merkez tablosu)" in broken["min_cores"].text("tr")
+    assert not any("SLURM" in broken[rule].text(lang) for rule in ("cores_per_gpu", "min_cores")
+                   for lang in ("en", "tr"))
+
+
+@pytest.mark.parametrize("lang, head", [
+    ("en", "Day plan at LAB for 30 attendees, 09:00–15:00 (the site table: read from LAB's SLURM on arf-ui1, "
+           "2026-12-06, and completed by hand)"),
+    ("tr", "Gün planı: LAB, 30 katılımcı, 09:00–15:00 (merkez tablosu: LAB SLURM'ünden arf-ui1 üzerinde, "
+           "2026-12-06 tarihinde okundu ve elle tamamlandı)")])
+def test_site_plan_on_a_derived_table_says_where_it_came_from(tmp_path, lang, head):
+    """The plan's header names SLURM on its host and date (no guide, no commit); a value without a source
+    gets no empty parentheses."""
+    path = tmp_path / "lab.toml"
+    filled_by_hand(path)
+    proc = subprocess.run([*CLI, "site", "plan", "--site", str(path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DDP_TUTORIAL_LANG": lang})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == head, lines[0]
+    assert "()" not in proc.stdout and "(?)" not in proc.stdout and " ?" not in proc.stdout, proc.stdout
+    assert "guide" not in proc.stdout and "kılavuz" not in proc.stdout, proc.stdout
+    assert "(scontrol show partition akya-cuda: MaxTime)" in proc.stdout, proc.stdout   # a source is still said
 
 
 def test_no_scontrol_is_one_line(tmp_path):

@@ -33,8 +33,11 @@ PARTITION_FIELDS = ("nodes", "cores_per_node", "gpus_per_node", "gpu", "memory_g
 RULE_KEYS = {"gpus_per_node": "site_rule.gpus_per_node", "nodes": "site_rule.nodes",
              "cores_per_gpu": "site_rule.cores_per_gpu", "cores_per_node": "site_rule.cores_per_node",
              "min_cores": "site_rule.min_cores", "gpu_only": "site_rule.gpu_only", "max_time": "site_rule.max_time"}
-#: Who states a rule, by the table's origin (:attr:`Site.origin`).
-SAID_KEYS = {"guide": "site_rule.said_guide", "slurm": "site_rule.said_slurm"}
+#: How the sources ``site derive`` writes begin (the commands of ``sites/derive.py``'s COMMANDS, then a node list
+#: or partition and the field): a value with such a source is what the cluster's SLURM says.
+SLURM_SOURCES = ("scontrol show config", "scontrol show partition", "scontrol show node")
+#: Who states a rule (:meth:`Site.said_by`): the guide, the cluster's SLURM, or the table (a value a person filled).
+SAID_KEYS = {"guide": "site_rule.said_guide", "slurm": "site_rule.said_slurm", "table": "site_rule.said_table"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class Violation:
     limit: object
     asked: object
     source: str
-    origin: str = "guide"   # the table's origin (Site.origin): who says it, the guide or the cluster's SLURM
+    origin: str = "guide"   # who says it (Site.said_by): "guide", "slurm" or "table"
 
     @property
     def key(self) -> str:
@@ -110,9 +113,11 @@ class Violation:
         return self.fields_in()
 
     def said(self, lang: Optional[str] = None) -> str:
-        """Who says the rule: "TRUBA's guide, 2-temel_bilgiler/gpu.rst:46" or "LAB's SLURM, scontrol show
-        partition gpu: MaxTime"."""
+        """Who says the rule: "TRUBA's guide, 2-temel_bilgiler/gpu.rst:46", "LAB's SLURM, scontrol show
+        partition gpu: MaxTime", "ANKARA-HPC's table, other.toml:84", or "ANKARA-HPC's table" without a source."""
         from ..i18n import t
+        if not self.source:
+            return t("site_rule.said_table_unsourced", lang, site=self.site)
         return t(SAID_KEYS[self.origin], lang, site=self.site, source=self.source)
 
     def text(self, lang: Optional[str] = None) -> str:
@@ -168,6 +173,15 @@ class Site:
         command and field, ``"scontrol show partition gpu: MaxTime"``)."""
         return "slurm" if "derived" in self.raw and "guide" not in self.raw else "guide"
 
+    def said_by(self, partition: Partition, name: str) -> str:
+        """Who states ``partition``'s field ``name``: ``"guide"`` in a table from the guide; in a derived table
+        ``"slurm"`` where its sources are ``site derive``'s own commands (``scontrol show node …: Gres``), else
+        ``"table"`` (a value a person filled, with another source or none)."""
+        if self.origin == "guide":
+            return "guide"
+        specs = partition.sources.get(name, ())
+        return "slurm" if specs and all(spec.startswith(SLURM_SOURCES) for spec in specs) else "table"
+
     @property
     def default_partition(self) -> Optional[str]:
         """The partition marked ``default = true`` (SLURM's ``Default=YES``), else ``None``."""
@@ -196,7 +210,7 @@ class Site:
 
         def broken(rule: str, limit, asked, field_name: Optional[str] = None) -> None:
             found.append(Violation(self.short_name, partition, rule, limit, asked, p.source_of(field_name or rule),
-                                   self.origin))
+                                   self.said_by(p, field_name or rule)))
 
         if p.gpus_per_node is not None and gpus_per_node > p.gpus_per_node:
             broken("gpus_per_node", p.gpus_per_node, gpus_per_node)

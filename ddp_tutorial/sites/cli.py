@@ -98,7 +98,8 @@ def _partition_lines(site: Site, lang: Optional[str]) -> List[str]:
     lines: List[str] = []
     width = max(len(t(key, lang)) for key in FIELD_KEYS.values())
     for p in site.partitions.values():
-        lines += ["", t("site_show.partition", lang, name=p.name)]
+        default = p.name == site.default_partition   # SLURM's Default=YES, in a derived table
+        lines += ["", t("site_show.partition_default" if default else "site_show.partition", lang, name=p.name)]
         for name, key in FIELD_KEYS.items():
             value = getattr(p, name)
             if value is None or value == () or (name == "gpu_only" and not value and not p.gpus_per_node):

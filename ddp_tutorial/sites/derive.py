@@ -12,7 +12,8 @@ what SLURM knows of each partition: its nodes, their cores (CPUTot), memory (Rea
   minimums a submit plugin enforces) is marked for a person: each table lists it in ``to_fill`` and each such
   line carries ``# TO FILL`` (commented out where there is no value yet);
 * ``[day]``, the class's layout, is a proposal to check: sessions on the default partition (or another that
-  takes a 4-core job for 3 h), notebook 05's jobs on a GPU partition.
+  takes a 4-core job for 3 h), notebook 05's jobs on a GPU partition; what depends on the partitions' minimums
+  (the session's cores, the job's GPUs per node) is marked to fill with the rest.
 
 A partition whose nodes differ gets the smallest value, and a comment says how they differ. Never
 ``squeue``: other users' jobs are none of this command's business. No torch import: this runs on a login node.
@@ -156,32 +157,51 @@ def _partition_table(part: Dict[str, str], nodes: List[Dict[str, str]]) -> Tuple
     facts: dict = dict(name=name, default=part.get("Default") == "YES")
     if facts["default"]:
         table.set("default", True, comment="SLURM's default partition (Default=YES)")
-    count = len(nodes) if nodes else int(part.get("TotalNodes", "0") or 0)
-    table.set("nodes", count, f"{on_part}: TotalNodes")
-    facts["nodes"] = count
+    facts["nodes"] = len(nodes) if nodes else int(part.get("TotalNodes", "0") or 0)
+    table.set("nodes", facts["nodes"], f"{on_part}: TotalNodes")
     if nodes:
-        cores, why = _smallest({n["NodeName"]: int(n.get("CPUTot", "0") or 0) for n in nodes}, "cores (CPUTot)")
-        table.set("cores_per_node", cores, f"{on_nodes}: CPUTot", why)
-        per_node = {n["NodeName"]: gpus(n.get("Gres", "")) for n in nodes}
-        count_gpus, why = _smallest({k: v[0] for k, v in per_node.items()}, "GPUs (Gres)")
-        table.set("gpus_per_node", count_gpus, f"{on_nodes}: Gres", why)
-        kinds = list(dict.fromkeys(k for _, ks in per_node.values() for k in ks))
-        if count_gpus and kinds:
-            table.set("gpu", " / ".join(kinds), f"{on_nodes}: Gres")
-        elif count_gpus:
-            table.comment("the GRES names no GPU type (gpu:N): the model is not stated")
-        memory = {n["NodeName"]: int(n.get("RealMemory", "0") or 0) // 1024 for n in nodes}
-        if any(memory.values()):
-            value, why = _smallest(memory, "memory (RealMemory)")
-            table.set("memory_gb", value, f"{on_nodes}: RealMemory", why)
-        features = [[f for f in n.get("AvailableFeatures", "").split(",") if _given(f)] for n in nodes]
-        common = set(features[0]).intersection(*features[1:]) if features else set()
-        types = list(dict.fromkeys(f for fs in features for f in fs if f not in common))
-        if types:
-            table.set("constraints", types, f"{on_nodes}: AvailableFeatures", "-C picks among these node types")
-        elif common:
-            table.comment(f"every node has the feature(s) {', '.join(sorted(common))}: no -C choice within it")
-        facts.update(cores=cores, gpus=count_gpus)
+        facts.update(_node_sizes(table, nodes, on_nodes))
+        _node_types(table, nodes, on_nodes)
+    _time_and_memory(table, part, facts, on_part)
+    _access(table, part)
+    _minimums(table, part, facts, on_part, on_nodes)
+    return table, facts
+
+
+def _node_sizes(table: _Table, nodes: List[Dict[str, str]], on_nodes: str) -> dict:
+    """The nodes' cores (CPUTot), GPUs and their type (Gres) and memory (RealMemory): the smallest where they
+    differ. Returns ``cores`` and ``gpus`` for the facts."""
+    cores, why = _smallest({n["NodeName"]: int(n.get("CPUTot", "0") or 0) for n in nodes}, "cores (CPUTot)")
+    table.set("cores_per_node", cores, f"{on_nodes}: CPUTot", why)
+    per_node = {n["NodeName"]: gpus(n.get("Gres", "")) for n in nodes}
+    count, why = _smallest({k: v[0] for k, v in per_node.items()}, "GPUs (Gres)")
+    table.set("gpus_per_node", count, f"{on_nodes}: Gres", why)
+    kinds = list(dict.fromkeys(k for _, ks in per_node.values() for k in ks))
+    if count and kinds:
+        table.set("gpu", " / ".join(kinds), f"{on_nodes}: Gres")
+    elif count:
+        table.comment("the GRES names no GPU type (gpu:N): the model is not stated")
+    memory = {n["NodeName"]: int(n.get("RealMemory", "0") or 0) // 1024 for n in nodes}
+    if any(memory.values()):
+        value, why = _smallest(memory, "memory (RealMemory)")
+        table.set("memory_gb", value, f"{on_nodes}: RealMemory", why)
+    return dict(cores=cores, gpus=count)
+
+
+def _node_types(table: _Table, nodes: List[Dict[str, str]], on_nodes: str) -> None:
+    """The features that tell the nodes apart (``-C`` picks among them); features every node has are a comment."""
+    features = [[f for f in n.get("AvailableFeatures", "").split(",") if _given(f)] for n in nodes]
+    common = set(features[0]).intersection(*features[1:])
+    types = list(dict.fromkeys(f for fs in features for f in fs if f not in common))
+    if types:
+        table.set("constraints", types, f"{on_nodes}: AvailableFeatures", "-C picks among these node types")
+    elif common:
+        table.comment(f"every node has the feature(s) {', '.join(sorted(common))}: no -C choice within it")
+
+
+def _time_and_memory(table: _Table, part: Dict[str, str], facts: dict, on_part: str) -> None:
+    """The time limit (MaxTime) and the memory a job gets per core without ``--mem`` (DefMemPerCPU, or
+    DefMemPerNode shared by the node's cores)."""
     if _given(part.get("MaxTime")):
         table.set("max_time", part["MaxTime"], f"{on_part}: MaxTime")
         facts["max_time"] = part["MaxTime"]
@@ -192,25 +212,34 @@ def _partition_table(part: Dict[str, str], nodes: List[Dict[str, str]]) -> Tuple
     elif _given(part.get("DefMemPerNode")) and facts.get("cores"):
         table.set("mem_per_core_mb", int(part["DefMemPerNode"]) // facts["cores"],
                   f"{on_part}: DefMemPerNode", f"DefMemPerNode={part['DefMemPerNode']} shared by the node's cores")
-    defaults = dict(item.split("=", 1) for item in part.get("JobDefaults", "").split(",") if "=" in item)
-    for key, value in (("AllowAccounts", part.get("AllowAccounts")), ("AllowGroups", part.get("AllowGroups")),
-                       ("State", part.get("State"))):
+
+
+def _access(table: _Table, part: Dict[str, str]) -> None:
+    """Who may use the partition and its state, as comments where they are not ALL / UP."""
+    for key in ("AllowAccounts", "AllowGroups", "State"):
+        value = part.get(key)
         if value and value not in ("ALL", "UP"):
             table.comment(f"{key}={value}")
-    if facts.get("gpus"):
-        if "DefCpuPerGPU" in defaults:
-            table.fill("cores_per_gpu", "SLURM's default (JobDefaults DefCpuPerGPU); the minimum, if any, is the "
-                       "centre's", int(defaults["DefCpuPerGPU"]), f"{on_part}: JobDefaults DefCpuPerGPU")
-        else:
-            share = facts["cores"] // facts["gpus"]
-            table.fill("cores_per_gpu", f"the node's {facts['cores']} cores shared evenly by its {facts['gpus']} "
-                       "GPUs; check the centre's rule", share, f"{on_nodes}: CPUTot / Gres")
-        table.fill("min_gpus", "the least GPUs per job a submit plugin enforces (1 on most GPU partitions)")
-        table.fill("gpu_only", "true if the partition runs only jobs that ask for GPUs")
-    else:
+
+
+def _minimums(table: _Table, part: Dict[str, str], facts: dict, on_part: str, on_nodes: str) -> None:
+    """What a submit plugin may enforce, for a person to fill: cores per GPU (proposed from SLURM's default or
+    the node's even share), the least GPUs per job, GPU-only, the least cores per job."""
+    if not facts.get("gpus"):
         table.set("gpu_only", False, comment="no GPUs")
+        table.fill("min_cores", "the least cores per job a submit plugin enforces (SLURM does not say)")
+        return
+    defaults = dict(item.split("=", 1) for item in part.get("JobDefaults", "").split(",") if "=" in item)
+    if "DefCpuPerGPU" in defaults:
+        table.fill("cores_per_gpu", "SLURM's default (JobDefaults DefCpuPerGPU); the minimum, if any, is the "
+                   "centre's", int(defaults["DefCpuPerGPU"]), f"{on_part}: JobDefaults DefCpuPerGPU")
+    else:
+        share = facts["cores"] // facts["gpus"]
+        table.fill("cores_per_gpu", f"the node's {facts['cores']} cores shared evenly by its {facts['gpus']} "
+                   "GPUs; check the centre's rule", share, f"{on_nodes}: CPUTot / Gres")
+    table.fill("min_gpus", "the least GPUs per job a submit plugin enforces (1 on most GPU partitions)")
+    table.fill("gpu_only", "true if the partition runs only jobs that ask for GPUs")
     table.fill("min_cores", "the least cores per job a submit plugin enforces (SLURM does not say)")
-    return table, facts
 
 
 def _day(partitions: List[dict]) -> _Table:
@@ -235,7 +264,9 @@ def _day(partitions: List[dict]) -> _Table:
                    session["name"])
     else:
         table.fill("session_partition", f"no partition takes a {SESSION_CORES}-core job for {SESSION_TIME}")
-    table.set("session_cores", SESSION_CORES)
+    # the partitions' minimum cores and GPUs per job are a submit plugin's, to fill: what must meet them is too
+    table.fill("session_cores", "the session partition's minimum cores per job is not known (SLURM does not say): "
+               "at least that many", SESSION_CORES)
     table.set("session_time", SESSION_TIME)
     table.set("sessions", DAY["sessions"])
     if job:
@@ -244,7 +275,8 @@ def _day(partitions: List[dict]) -> _Table:
     else:
         table.fill("job_partition", "no partition has GPUs")
     table.set("job_nodes", JOB_NODES)
-    table.set("job_gpus_per_node", DAY["job_gpus_per_node"])
+    table.fill("job_gpus_per_node", "the job partition's minimum GPUs and cores per job are not known (SLURM does "
+               "not say): the job must meet them", DAY["job_gpus_per_node"])
     table.set("job_time", DAY["job_time"])
     table.fill("reservation_window", "when the centre reserves GPU nodes for 05 and 08", DAY["reservation_window"])
     if job:
