@@ -220,8 +220,8 @@ def test_05s_class_job_from_the_derived_table_is_accepted_and_completes(other_la
 
 
 @pytest.mark.parametrize("asked, said", [
-    (["--gpus-per-node", "3", "--cpus-per-process", "16"], ("2 GPUs per node", "asks 3")),
-    (["--gpus-per-node", "1", "--cpus-per-process", "8"], ("at least 16", "asks 8")),
+    (["--gpus-per-node", "3", "--cpus-per-process", "16"], ("2 GPUs per node", "asks 3", "'s SLURM, scontrol show")),
+    (["--gpus-per-node", "1", "--cpus-per-process", "8"], ("at least 16", "asks 8", "'s table, other.toml:84)")),
     (["--gpus-per-node", "1", "--cpus-per-process", "16", "--time", "2-00:00:00"], ("1-00:00:00", "2-00:00:00")),
     (["--gpus-per-node", "1", "--cpus-per-process", "16", "--nodes", "3"], ("2 nodes", "asks 3")),
 ])
