@@ -39,10 +39,25 @@ class Site:
 PYTHON_MODULES = {"truba": dict(python_module="comp/python/3.12.0", python_module_verified=False)}
 
 
+#: NVIDIA's data-centre GPUs by the name a GRES type gives them (``site derive`` writes ``gpu = "v100"``) → their
+#: compute capability (NVIDIA's CUDA GPUs list, developer.nvidia.com/cuda-gpus): a table that names only the model
+#: still tells the build rule what its nodes need. A model not listed here needs ``sm_XY`` in the field.
+MODEL_CAPABILITY: Dict[str, Capability] = {
+    "k80": (3, 7), "p100": (6, 0), "p40": (6, 1), "v100": (7, 0), "t4": (7, 5), "a100": (8, 0), "a30": (8, 0),
+    "a40": (8, 6), "a10": (8, 6), "l4": (8, 9), "l40": (8, 9), "l40s": (8, 9), "h100": (9, 0), "h200": (9, 0),
+    "gh200": (9, 0), "b200": (10, 0),
+}
+
+
 def capability_of(gpu_text: Optional[str]) -> Optional[Capability]:
-    """A site table's ``gpu`` field ("V100 16 GB, sm_70") → its compute capability ``(7, 0)``; None without one."""
+    """A site table's ``gpu`` field → its compute capability: ``sm_XY`` where the field says it
+    ("V100 16 GB, sm_70" → ``(7, 0)``), else the model's (``"v100"`` → ``(7, 0)``); None when neither is known."""
     match = re.search(r"\bsm_(\d+)(\d)\b", gpu_text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    models = [MODEL_CAPABILITY[word] for word in re.findall(r"[a-z0-9]+", (gpu_text or "").lower())
+              if word in MODEL_CAPABILITY]
+    return min(models) if models else None  # "H100 / H200": what every node of the partition supports
 
 
 def site_gpus(table: "site_tables.Site") -> Optional[Site]:

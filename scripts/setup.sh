@@ -103,11 +103,11 @@ refuse_prefix() {   # refuse_prefix EN TR
 if [ -n "$prefix" ] && [ "$login_ok" != 1 ]; then
   source scripts/site_login.sh
   host=$(hostname 2>/dev/null || uname -n)
-  table=$(site_login_match "$host" "$(site_login_table "$site" "")")
+  table=$(site_login_match "$host" "$(site_login_table "${site_file:-$site}" "")")
   if [ -n "$table" ]; then
     title=$(site_login_value "$table" title site)
-    refuse_prefix "this is $host, a login node of ${title:-$(basename "$table" .toml)}: the class environment is built in a job on a compute node, e.g. srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site:-truba} --prefix $prefix" \
-      "burası $host, ${title:-$(basename "$table" .toml)} giriş düğümlerinden biri: sınıf ortamı bir hesaplama düğümündeki bir işte kurulur, örneğin srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site:-truba} --prefix $prefix"
+    refuse_prefix "this is $host, a login node of ${title:-$(basename "$table" .toml)}: the class environment is built in a job on a compute node, e.g. srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site_file:-${site:-truba}} --prefix $prefix" \
+      "burası $host, ${title:-$(basename "$table" .toml)} giriş düğümlerinden biri: sınıf ortamı bir hesaplama düğümündeki bir işte kurulur, örneğin srun -p debug -c 4 -t 01:00:00 bash scripts/setup.sh --site ${site_file:-${site:-truba}} --prefix $prefix"
   fi
 fi
 if [ -n "$prefix" ]; then
@@ -159,7 +159,7 @@ if [ -n "$no_pip_on" ]; then
 fi
 
 # 0. Python >= 3.11 first (the venv's, or the one that makes it): else one line, in DDP_TUTORIAL_LANG
-#    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu.py's site table), exit 2.
+#    (tr | en; unset: both), saying what to do (on TRUBA: the module of ddp_tutorial/gpu_sites.py (PYTHON_MODULES)), exit 2.
 source scripts/python_check.sh
 if [ -x "$VENV/bin/python" ]; then python_check "$VENV/bin/python" "${DDP_TUTORIAL_LANG:-}" setup.sh
 else python_check "$PYTHON" "${DDP_TUTORIAL_LANG:-}" setup.sh; fi

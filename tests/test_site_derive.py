@@ -146,8 +146,8 @@ def test_a_value_a_person_filled_is_the_tables_not_slurms(tmp_path):
 @pytest.mark.parametrize("lang, head", [
     ("en", "Day plan at LAB for 30 attendees, 09:00–15:00 (the site table: read from LAB's SLURM on arf-ui1, "
            "2026-12-06, and completed by hand)"),
-    ("tr", "Gün planı: LAB, 30 katılımcı, 09:00–15:00 (merkez tablosu: LAB SLURM'ünden arf-ui1 üzerinde, "
-           "2026-12-06 tarihinde okundu ve elle tamamlandı)")])
+    ("tr", "Gün planı: LAB, 30 katılımcı, 09:00–15:00 (merkez tablosu: 2026-12-06 tarihinde arf-ui1 üzerinde "
+           "LAB SLURM'ünden okundu ve elle tamamlandı)")])
 def test_site_plan_on_a_derived_table_says_where_it_came_from(tmp_path, lang, head):
     """The plan's header names SLURM on its host and date (no guide, no commit); a value without a source
     gets no empty parentheses."""
@@ -224,3 +224,18 @@ def test_derived_on_the_truba_lab_equals_trubas_table(truba_lab, tmp_path):
     assert "#SBATCH --partition=akya-cuda" in rendered.stdout
     accepted = truba_lab.run(["sbatch", "--test-only", str(script)], check=False)
     assert accepted.returncode == 0 and "to start at" in accepted.stderr, accepted.stderr
+
+
+def test_a_derived_tables_gpu_types_choose_the_torch_build(tmp_path):
+    """``site derive`` writes the GRES type (``gpu = "v100"``), not ``sm_70``: the build rule reads the model's
+    compute capability, so ``gpu choose --site derived.toml`` (setup.sh, class_env.sbatch) picks a build instead of
+    "Unknown site 'lab': the sites known are truba, lab"."""
+    from ddp_tutorial import gpu_sites
+    path = tmp_path / "lab.toml"
+    path.write_text(captured())
+    found = gpu_sites.site_gpus(sites.load_file(path))
+    assert found is not None and found.partitions["akya-cuda"] == (7, 0), found
+    chosen = subprocess.run([sys.executable, "-m", "ddp_tutorial.gpu", "choose", "--site", str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert chosen.returncode == 0 and chosen.stdout.strip(), chosen.stdout + chosen.stderr
+    assert "Unknown site" not in chosen.stderr + chosen.stdout
