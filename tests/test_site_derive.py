@@ -11,6 +11,7 @@ on the text captured from that lab (tests/data/derive/truba-lab-*.txt: ``scontro
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -224,6 +225,35 @@ def test_derived_on_the_truba_lab_equals_trubas_table(truba_lab, tmp_path):
     assert "#SBATCH --partition=akya-cuda" in rendered.stdout
     accepted = truba_lab.run(["sbatch", "--test-only", str(script)], check=False)
     assert accepted.returncode == 0 and "to start at" in accepted.stderr, accepted.stderr
+
+
+@pytest.mark.slurm
+def test_05s_job_from_the_table_derived_on_the_truba_lab_runs(truba_lab, tmp_path, mnist_root):
+    """Issue 46's "done when" on the TRUBA shape (test_site_shape2.py does it on the second): 05's job, built as
+    the attendee's kernel builds it with the DERIVED table as the class's site, is tried, submitted and
+    COMPLETES on akya-cuda with its accuracy line."""
+    from classroom import accuracy_pattern, job_fields
+    tmp_path.chmod(0o755)
+    derived = tmp_path / "lab.toml"
+    assert _derive(truba_lab, "--output", str(derived)).returncode == 0
+    work = tmp_path / "attendee"
+    work.mkdir()
+    env = {k: v for k, v in truba_lab.env.items() if not k.startswith("DDP_TUTORIAL_SLURM_")}
+    env.update(DDP_TUTORIAL_SITE=str(derived), DDP_TUTORIAL_LANG="en", DDP_TUTORIAL_ROOT=str(mnist_root),
+               DDP_TUTORIAL_DATASET="mnist", DDP_TUTORIAL_SLURM_PROFILE="akya-cuda", DDP_TUTORIAL_SLURM_GPUS="1")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "classroom.py"), "submit-05",
+                           "--train-subset", "256"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "to start at" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    job = re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M).group(1)
+    deadline = time.monotonic() + 150
+    while job in truba_lab.queue() and time.monotonic() < deadline:
+        time.sleep(1)
+    info = job_fields(truba_lab, job)
+    log = Path(info.get("StdOut", ""))
+    text = log.read_text(errors="replace") if log.is_file() else f"(no log {log})"
+    assert info.get("JobState") == "COMPLETED", (info, text[-2000:])
+    assert (info["Partition"], info["NumNodes"], info["CPUs/Task"]) == ("akya-cuda", "2", "10"), info
+    assert accuracy_pattern().search(text), text[-2000:]
 
 
 def test_a_derived_tables_gpu_types_choose_the_torch_build(tmp_path):
