@@ -232,7 +232,7 @@ def test_05s_job_from_the_table_derived_on_the_truba_lab_runs(truba_lab, tmp_pat
     """Issue 46's "done when" on the TRUBA shape (test_site_shape2.py does it on the second): 05's job, built as
     the attendee's kernel builds it with the DERIVED table as the class's site, is tried, submitted and
     COMPLETES on akya-cuda with its accuracy line."""
-    from classroom import accuracy_pattern, job_fields
+    from classroom import accuracy_pattern, job_end
     tmp_path.chmod(0o755)
     derived = tmp_path / "lab.toml"
     assert _derive(truba_lab, "--output", str(derived)).returncode == 0
@@ -244,13 +244,7 @@ def test_05s_job_from_the_table_derived_on_the_truba_lab_runs(truba_lab, tmp_pat
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "classroom.py"), "submit-05",
                            "--train-subset", "256"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "to start at" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    job = re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M).group(1)
-    deadline = time.monotonic() + 150
-    while job in truba_lab.queue() and time.monotonic() < deadline:
-        time.sleep(1)
-    info = job_fields(truba_lab, job)
-    log = Path(info.get("StdOut", ""))
-    text = log.read_text(errors="replace") if log.is_file() else f"(no log {log})"
+    info, text = job_end(truba_lab, re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M).group(1))
     assert info.get("JobState") == "COMPLETED", (info, text[-2000:])
     assert (info["Partition"], info["NumNodes"], info["CPUs/Task"]) == ("akya-cuda", "2", "10"), info
     assert accuracy_pattern().search(text), text[-2000:]

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
-from classroom import accuracy_pattern, job_fields, run_class  # noqa: E402
+from classroom import accuracy_pattern, job_end, run_class  # noqa: E402
 
 from ddp_tutorial import sites  # noqa: E402
 
@@ -206,13 +206,7 @@ def test_05s_class_job_from_the_derived_table_is_accepted_and_completes(other_la
     shown = proc.stdout + proc.stderr
     assert proc.returncode == 0, shown
     assert "gpu-l40" in shown and "Job" in shown and "to start at" in shown, shown  # the preview, --test-only's answer
-    job = re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M).group(1)
-    deadline = time.monotonic() + 150
-    while job in other_lab.queue() and time.monotonic() < deadline:
-        time.sleep(1)
-    info = job_fields(other_lab, job)
-    log = Path(info.get("StdOut", ""))
-    text = log.read_text(errors="replace") if log.is_file() else f"(no log {log})"
+    info, text = job_end(other_lab, re.search(r"^SUBMITTED (\d+)$", proc.stdout, re.M).group(1))
     assert info.get("JobState") == "COMPLETED", (info, text[-2000:])
     assert (info["Partition"], info["NumNodes"], info["CPUs/Task"]) == ("gpu-l40", "2", "16"), info
     assert info["TresPerNode"] == "gres:gpu:1", info

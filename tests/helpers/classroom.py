@@ -509,6 +509,16 @@ def job_fields(lab: SlurmLab, job: str) -> Dict[str, str]:
     return dict(token.partition("=")[::2] for token in out.split() if "=" in token)
 
 
+def job_end(lab: SlurmLab, job: str, seconds: float = 150) -> Tuple[Dict[str, str], str]:
+    """Wait (at most ``seconds``) until ``job`` has left the queue: its ``scontrol show job`` fields and its log."""
+    deadline = time.monotonic() + seconds
+    while job in lab.queue() and time.monotonic() < deadline:
+        time.sleep(1)
+    info = job_fields(lab, job)
+    log = Path(info.get("StdOut", ""))
+    return info, log.read_text(errors="replace") if log.is_file() else f"(no log {log})"
+
+
 def _epoch(stamp: str) -> Optional[float]:
     try:
         return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
