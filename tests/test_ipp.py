@@ -129,10 +129,33 @@ def test_a_sigkilled_engine_ends_the_run_in_bounded_time(mnist_root, tmp_path, m
 def test_an_engine_that_gives_up_registering_is_said_at_once_with_its_reason(monkeypatch):
     """ipyparallel's engine exits when the controller has not answered its registration in time (5 s by
     default: a busy machine once left a notebook waiting 120 s for engines that were gone). The engines now
-    wait as long as the kernel; one that exits anyway is said at once, with the reason from its log."""
+    wait as long as the kernel; one that exits anyway is said at once, with the reason from its log. Here the
+    controller is frozen (SIGSTOP) while the engines start with a 1-s limit, and thawed once they have given
+    up: a controller too slow for them, whatever the machine's speed (a 1-ms limit alone was met on a quiet
+    machine in the clean-clone run)."""
+    import ipyparallel
     from ddp_tutorial.ipp import engines as es
     assert "--IPEngine.timeout=120" in es.ENGINE_ARGS
-    monkeypatch.setattr(es, "ENGINE_ARGS", ("--IPEngine.timeout=0.001",))  # a controller far too slow
+    monkeypatch.setattr(es, "ENGINE_ARGS", ("--IPEngine.timeout=1",))
+    start_engines = ipyparallel.Cluster.__getattr__  # AsyncFirst makes the *_sync methods on demand
+
+    def frozen_controller_start(cluster, *args, **kwargs):
+        controller = psutil.Process(cluster.controller.pid)
+        frozen = [controller, *controller.children(recursive=True)]
+        for process in frozen:
+            process.suspend()
+        try:
+            started = start_engines(cluster, "start_engines_sync")(*args, **kwargs)
+            psutil.wait_procs(es.with_helpers(es.launcher_pids(cluster)), timeout=60)  # given up after 1 s
+            return started
+        finally:
+            for process in frozen:
+                try:
+                    process.resume()
+                except psutil.NoSuchProcess:
+                    pass
+
+    monkeypatch.setattr(ipyparallel.Cluster, "start_engines_sync", frozen_controller_start, raising=False)
     began = time.monotonic()
     with pytest.raises(TutorialError) as caught:
         ipp.start(2, device="cpu")
