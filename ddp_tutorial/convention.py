@@ -21,6 +21,8 @@ launcher's never fills. Then that process writes one line — what the launcher 
 for, which names to read or which template to render — and exits with code 2; ``--kill-on-bad-exit`` (and
 torchrun's ``--max-restarts 0``) end the whole job. ``DDP_TUTORIAL_CONVENTION`` (``torchrun`` or ``slurm``)
 names the convention the job meant, for the message and for any script that wants to know.
+``DDP_TUTORIAL_RANK_CHECK_OFF=1`` (``slurm render --env``) turns the check off, for a script that numbers its
+processes its own way on purpose.
 
 Why this and not the alternatives: the check runs before any connection, so it answers in the time the
 script takes to import torch, on every backend, and says which rank was wrong. Watching the rendezvous from
@@ -47,7 +49,7 @@ from .i18n import language, t
 #: language; no comment inside, since the job's comments are in its language).
 RUNNER = r'''import importlib.machinery, inspect, os, runpy, sys
 MESSAGES = {messages}
-MEANT = os.environ.get("DDP_TUTORIAL_CONVENTION", "")
+MEANT = "" if os.environ.get("DDP_TUTORIAL_RANK_CHECK_OFF") == "1" else os.environ.get("DDP_TUTORIAL_CONVENTION", "")
 GIVEN = (os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
 STARTER = os.getpid()
 

@@ -177,3 +177,22 @@ def test_a_wrong_convention_ends_the_job_in_seconds_on_two_nodes(slurm_cluster, 
         assert lines and all(fix in line for line in lines), f"{template}:\n{log}"
         assert "TIME LIMIT" not in log and "RESULT " not in log, log
     assert time.monotonic() - started < 60, time.monotonic() - started
+
+
+def test_a_script_that_numbers_its_processes_its_own_way_can_turn_the_check_off(tmp_path):
+    """A rank other than the launcher's stops the process (exit 2, one !! line) — unless the job says
+    DDP_TUTORIAL_RANK_CHECK_OFF=1 (``slurm render --env``), for a script that numbers its processes on purpose:
+    here a one-process group of its own while the launcher said rank 1 of 2."""
+    own = tmp_path / "own_numbering.py"
+    own.write_text("import socket\nimport torch.distributed as dist\n"
+                   "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+                   "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=0, world_size=1)\n"
+                   "print('JOINED', dist.get_rank(), dist.get_world_size())\ndist.destroy_process_group()\n")
+    env, checked = checked_command(tmp_path, "per-gpu", own)
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_NAMES}
+    names = dict(SLURM_PROCID="1", SLURM_NTASKS="2", RANK="1", WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    for off, code, said in ((None, 2, "!! "), ("1", 0, "JOINED 0 1")):
+        extra = {"DDP_TUTORIAL_RANK_CHECK_OFF": off} if off else {}
+        done = subprocess.run([sys.executable, "-c", checked, str(own)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env={**base, **env, **names, **extra})
+        assert done.returncode == code and said in done.stdout + done.stderr, (off, done.stdout + done.stderr)

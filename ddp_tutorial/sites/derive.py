@@ -305,7 +305,7 @@ def table_text(partition_text: str, node_text: str, config_text: str, *, host: s
     derived.set("commands", [" ".join(c) for c in COMMANDS])
     site = _Table("site")
     site.set("name", cluster)
-    site.set("title", f"{cluster} (read from SLURM)")
+    site.set("title", cluster)  # a name: site show says in the reader's language where the table came from
     login = _Table("login", ["Login nodes: submit jobs from here, never run JupyterLab, engines or training."])
     login.fill("hosts", "the host this ran on; add the other login nodes", [host.split(".")[0]])
     login.fill("address", "the address a laptop reaches (for the tunnel line)")
