@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sys
 import threading
 
 from . import exits
 from .i18n import TutorialError, t
+from .preemption import stop_listening
 
 
 def run_and_exit(function, *args) -> int:
@@ -22,12 +22,11 @@ def run_and_exit(function, *args) -> int:
 
 
 def _run_is_over() -> None:
-    """The run is over, whatever its end: SLURM's SIGUSR1 now asks for nothing. Ignore it, so that a
-    warning during the interpreter's teardown (where a Python handler is reset to the default action,
-    which ends the process) cannot turn a finished run's exit code into 138 and requeue the job."""
+    """The run is over, whatever its end: SLURM's SIGUSR1 now asks for nothing (see
+    :func:`ddp_tutorial.preemption.stop_listening`: harmless from now on, ignored during the exit)."""
     if threading.current_thread() is threading.main_thread():
         try:
-            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            stop_listening()
         except (ValueError, OSError):
             pass
 

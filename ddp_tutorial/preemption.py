@@ -77,5 +77,34 @@ class StopRequest:
         Python handler is reset to the default action while the interpreter exits, and the default
         action of SIGUSR1 ends the process — exit 75 would become "killed by SIGUSR1".)"""
         if _in_main_thread():
-            signal.signal(signum, signal.SIG_IGN)
+            stop_listening(signum)
             self._previous = None
+
+
+def stop_listening(signum: int = signal.SIGUSR1) -> None:
+    """The stop is decided, or the run is over: ``signum`` (SLURM's warning) asks for nothing more. From now
+    on it does nothing (a Python handler), and from the interpreter's exit on it is ignored (``SIG_IGN``, set by
+    :mod:`atexit`: during the teardown Python resets its own handlers to the default action, which would end the
+    process and turn exit 75 or 0 into 138). Not ``SIG_IGN`` at once: an ignored signal is inherited through
+    ``exec``, so a process that goes on (a test, a kernel) would start every later shell with it ignored, and
+    bash cannot even trap a signal ignored at its start (a batch script's preemption trap never ran: found by a
+    clean-clone run at stop 52). Call from the main thread."""
+    import atexit
+    signal.signal(signum, _nothing_to_do)
+    if signum not in _IGNORED_AT_EXIT:
+        _IGNORED_AT_EXIT.add(signum)
+        atexit.register(_ignore, signum)
+
+
+_IGNORED_AT_EXIT: set = set()
+
+
+def _nothing_to_do(signum, frame) -> None:
+    """The warning after the stop was decided: nothing is left to do."""
+
+
+def _ignore(signum: int) -> None:
+    try:
+        signal.signal(signum, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass

@@ -27,6 +27,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .exits import LOST_PEER as EXIT_LOST_PEER
 from .exits import REQUEUE as EXIT_REQUEUE
 from .failures import WATCHDOG_LINE
+from .preemption import stop_listening
 from .i18n import TutorialError, t
 from .preemption import EARLY_STOP_VARIABLE, early_signal
 from .threads import prefer_passive_openmp
@@ -207,10 +208,10 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
         code = _supervise(children, node_rank, rank_of, lambda: signal.SIGTERM in received)
         return code
     finally:
-        if code == EXIT_REQUEUE or signal.SIGUSR1 in received:
-            previous[signal.SIGUSR1] = signal.SIG_IGN  # a second warning must not kill us on the way out
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if code == EXIT_REQUEUE or signal.SIGUSR1 in received:
+            stop_listening()  # a second warning must not kill us on the way out (nor leak into later shells)
         _stop(children)
 
 

@@ -297,3 +297,24 @@ def test_divergence_and_too_many_threads_are_said(mnist_root, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--threads 64" in done.stdout, done.stdout
     assert "diverges" in done.stdout, done.stdout
+
+
+def test_after_a_run_sigusr1_is_harmless_and_later_shells_can_still_trap_it(tmp_path):
+    """After ``run_and_exit`` SIGUSR1 does nothing in the process (a finished run must not die of SLURM's second
+    warning, nor during the interpreter's teardown: exit 0, not 138), and a shell the process starts later can
+    still trap it. Before, SIGUSR1 was set to SIG_IGN at once, which every later child inherited: a pytest worker
+    that had run a training in-process started the torchrun template's batch script with SIGUSR1 ignored, so its
+    preemption trap never ran (a clean-clone run at stop 52)."""
+    code = (
+        "import atexit, os, signal, subprocess, sys\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGUSR1))  # runs last: in the teardown\n"
+        "from ddp_tutorial.entry import run_and_exit\n"
+        "assert run_and_exit(lambda: None) == 0\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)  # after the run, before the exit\n"
+        "shell = subprocess.run(['bash', '-c', 'trap \"echo TRAPPED\" USR1; kill -USR1 $$; echo after'],\n"
+        "                       capture_output=True, text=True, timeout=30)\n"
+        "print(shell.stdout.replace(chr(10), ' '))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=_env())
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert "TRAPPED after" in done.stdout, done.stdout + done.stderr
