@@ -140,6 +140,12 @@ def test_an_engine_that_gives_up_registering_is_said_at_once_with_its_reason(mon
     start_engines = ipyparallel.Cluster.__getattr__  # AsyncFirst makes the *_sync methods on demand
 
     def frozen_controller_start(cluster, *args, **kwargs):
+        # frozen only once it has written its connection files: frozen before, the engines never start at all
+        # (ipyparallel waits 60 s for the files; a loaded clean-clone run froze it that early)
+        files = list(cluster.controller.connection_files.values())
+        deadline = time.monotonic() + 120
+        while not all(os.path.exists(f) for f in files) and time.monotonic() < deadline:
+            time.sleep(0.1)
         controller = psutil.Process(cluster.controller.pid)
         frozen = [controller, *controller.children(recursive=True)]
         for process in frozen:
