@@ -15,6 +15,10 @@ by construction; each markdown cell is written twice, once per language. The for
     === exercise steps_per_epoch
     print("optional: code shown between the task and the attendee's cell")
 
+A markdown cell does not write a number that comes from a stored result, a count or a tolerance in
+code: it writes ``⟦name⟧`` and the build fills in ``notebooks/quoted.py``'s value, written the way the
+notebook's language writes numbers (``⟦spin.idle⟧`` → ``47.016`` in Turkish, ``47,016`` in English).
+
 (a ``=== md tr`` block must be followed at once by its ``=== md en`` block; nothing may stand
 before the first ``===`` line; the file is UTF-8, named ``NN_name.cells``, and not empty). A source
 that breaks a rule is refused with one line, ``notebooks/src/NN_name.cells:LINE: what to fix``,
@@ -35,6 +39,7 @@ languages' code token by token with comments and strings set aside.
     python notebooks/build.py                   # rewrite both languages from the sources
     python notebooks/build.py --execute         # … and run them, storing real outputs
     python notebooks/build.py --execute 04      # only the notebooks whose name starts with 04
+    python notebooks/build.py --execute --stale # only those whose stored outputs show an old message
     python notebooks/build.py --solutions       # instructors: notebooks/solutions/{tr,en}, exercises solved
     python notebooks/build.py --confirm-translations   # after updating Turkish texts: re-lock their English
 
@@ -53,6 +58,7 @@ outputs come from a real run; the data set is recorded in the notebook's metadat
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -67,6 +73,17 @@ HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 LANGUAGES = ("tr", "en")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def sibling(name: str):
+    """The module ``notebooks/<name>.py`` beside this file (loaded by path: this file runs as a script,
+    and the tests load it by path too)."""
+    key = f"notebook_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).resolve().parent / f"{name}.py")
+        sys.modules[key] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[key])
+    return sys.modules[key]
 
 
 class SourceError(ValueError):
@@ -133,6 +150,9 @@ def parse(path: Path) -> list:
             cells.append((kind, text))
         elif kind.startswith("exercise "):
             cells.append(("exercise", (exercise(path, kind[len("exercise "):].strip(), start).name, text)))
+        elif kind.startswith("md ") and (names := sibling("quoted").unknown(text)):
+            raise SourceError(f"{where}:{start}: ⟦{names[0]}⟧ names no number of notebooks/quoted.py "
+                              f"(use a name of its QUOTES, or add the number there with its source)")
         elif kind == "md tr":
             cells.append(("md", {"tr": text, "line": start}))
         else:  # md en: completes the Turkish cell just before it
@@ -199,8 +219,8 @@ def build(path: Path, lang: str) -> nbformat.NotebookNode:
             if kind == "code raises-exception":  # the tag both nbval and nbclient understand
                 cell.metadata["tags"] = ["raises-exception"]
             nb.cells.append(cell)
-        else:
-            nb.cells.append(nbformat.v4.new_markdown_cell(content[lang]))
+        else:  # the ⟦name⟧ numbers filled in from their sources
+            nb.cells.append(nbformat.v4.new_markdown_cell(sibling("quoted").fill(content[lang], lang)))
     for i, cell in enumerate(nb.cells):  # stable ids: diffs stay small when the notebooks are rebuilt
         cell["id"] = f"{path.stem[:2]}-{i:02d}-{cell.cell_type[:4]}"
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
@@ -314,6 +334,9 @@ def main(argv=None) -> int:
     parser.add_argument("only", nargs="*", help="build only notebooks whose name starts with these")
     parser.add_argument("--execute", action="store_true", help="run the notebooks and store their outputs")
     parser.add_argument("--languages", nargs="+", default=list(LANGUAGES), choices=LANGUAGES)
+    parser.add_argument("--stale", action="store_true",
+                        help="only the notebooks (and languages) whose stored outputs show a message the "
+                             "catalogue no longer prints (notebooks/freshness.py); each is named first")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     parser.add_argument("--solutions", action="store_true",
                         help="write the instructors' copies, exercises solved, to notebooks/solutions/{tr,en} "
@@ -357,10 +380,26 @@ def _main(args, parser, argv) -> int:
     return _build(args, parser)
 
 
+def stale_pairs(only) -> set:
+    """For ``--stale``: the (notebook, language) pairs whose stored outputs show an old message,
+    each named on stdout with its first stale line; an empty set when there are none."""
+    stale = sibling("freshness").stale_notebooks(HERE, tuple(only))
+    for (stem, lang), lines in stale.items():
+        print(f"stale: {lang}/{stem}.ipynb ({len(lines)} line(s); {lines[0][:100]})")
+    if not stale:
+        print("no stored output shows an old message: nothing to do")
+    return set(stale)
+
+
 def _build(args, parser) -> int:
     sources = sorted(p for p in SOURCES.glob("*.cells") if not args.only or p.name.startswith(tuple(args.only)))
     if not sources:
         parser.error("no matching source in notebooks/src")
+    pairs = stale_pairs(args.only) if args.stale else None  # None: every notebook in every language
+    if pairs is not None:
+        sources = [path for path in sources if any(stem == path.stem for stem, _ in pairs)]
+        if not sources:
+            return 0
     too_long = [line for path in sources for lang in args.languages
                 for line in long_lines(build(path, lang), f"{lang}/{path.stem}")]
     if too_long and args.execute:  # checked before anything is run
@@ -368,6 +407,8 @@ def _build(args, parser) -> int:
         return 1
     for path in sources:
         for lang in args.languages:
+            if pairs is not None and (path.stem, lang) not in pairs:
+                continue
             folder = HERE / "solutions" / lang if args.solutions else HERE / lang
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"{path.stem}.ipynb"

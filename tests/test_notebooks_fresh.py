@@ -1,17 +1,18 @@
 """Stored notebook outputs come from the current code.
 
 A line of a stored output that carries a piece of one of the package's messages must be that
-message as the current catalogue writes it: when a message is reworded (or its numbers are written
-the Turkish way), a notebook that still shows the old wording fails here until it is re-executed
-(``python notebooks/build.py --execute NN``). Stored tracebacks must not show the package's own
-frames (their line numbers go stale with every edit, and an attendee needs their cell, not ours).
+message as the current catalogue writes it (``notebooks/freshness.py``): when a message is
+reworded (or its numbers are written the Turkish way), a notebook that still shows the old wording
+fails here, named with its language, until it is re-executed; ``python notebooks/build.py --execute
+--stale`` re-executes just the stale ones. Stored tracebacks must not show the package's own frames
+(their line numbers go stale with every edit, and an attendee needs their cell, not ours).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import string
-from functools import lru_cache
+import sys
 from pathlib import Path
 
 import nbformat
@@ -21,77 +22,28 @@ from ddp_tutorial import i18n
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.name for p in (NOTEBOOKS / "en").glob("*.ipynb"))
-MIN_ANCHOR = 16  # a literal piece this long is specific enough to say "this line is that message"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# A line of a rendered job script (its comments are English, as the script files in slurm/ are).
-SCRIPT_LINE = re.compile(r"^\s*(#|[A-Za-z_][A-Za-z0-9_]*=|export\s)")
 
 
-NUMBER = {"tr": r"-?(?:\d{1,3}(?:\.\d{3})+|\d+)(?:,\d+)?",   # 1.234,5 · 0,4568 · 29374
-          "en": r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"}   # 1,234.5 · 0.4568
+def load(name: str):
+    """``notebooks/<name>.py``, loaded by path as notebooks/build.py loads it."""
+    key = f"notebook_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, NOTEBOOKS / f"{name}.py")
+        sys.modules[key] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[key])
+    return sys.modules[key]
 
 
-def _field(spec: str, lang: str) -> str:
-    """What a field may print: a number written the language's way for a number format, else anything."""
-    return NUMBER[lang] if spec and spec[-1] in "fdeg%" else ".*?"
-
-
-@lru_cache(maxsize=None)
-def patterns(lang: str) -> dict:
-    """{anchor: [regex, …]}: for every line of every message, its longest literal piece and a
-    regex of the whole line (fields match anything)."""
-    found: dict = {}
-    for text in i18n.messages(lang).values():
-        for line in text.splitlines():
-            parsed = list(string.Formatter().parse(line))
-            pieces = [literal for literal, *_ in parsed]
-            anchor = re.sub(r"^\W+|\W+$", "", max(pieces, key=len))  # its words, without the punctuation
-            if len(anchor) < MIN_ANCHOR:
-                continue
-            regex = "".join(re.escape(literal) + (_field(spec, lang) if field is not None else "")
-                            for literal, field, spec, _ in parsed)
-            found.setdefault(anchor, []).append(re.compile(regex, re.S))
-    return found
-
-
-@lru_cache(maxsize=None)
-def english_only() -> tuple:
-    """Anchors of English messages that no Turkish message contains: package text in English."""
-    turkish = "\n".join(i18n.messages("tr").values())
-    return tuple(a for a in patterns("en") if a not in turkish)
-
-
-def stale_lines(text: str, lang: str) -> list:
-    stale = []
-    for line in ANSI.sub("", text).splitlines():
-        found = [(anchor, regexes) for anchor, regexes in patterns(lang).items() if anchor in line]
-        if found:
-            glued = any(line.count(anchor) > 1 for anchor, _ in found)
-            if glued or not any(r.search(line) for _, regexes in found for r in regexes):
-                stale.append(line.strip())  # reworded since, or two processes' lines glued together
-        elif lang == "tr" and not SCRIPT_LINE.match(line) and any(a in line for a in english_only()):
-            stale.append(line.strip() + "   ← English package text in a Turkish notebook")
-    return stale
-
-
-def outputs(nb):
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                yield i, out.text
-            elif out.output_type == "error":
-                yield i, "\n".join([f"{out.ename}: {out.evalue}", *out.traceback])
-            elif "text/plain" in out.get("data", {}):
-                yield i, out.data["text/plain"]
+fresh = load("freshness")
+stale_lines, ANSI = fresh.stale_lines, fresh.ANSI
 
 
 @pytest.mark.parametrize("lang", ["tr", "en"])
 @pytest.mark.parametrize("name", NAMES)
 def test_stored_outputs_say_what_the_catalogue_says_now(name, lang):
-    nb = nbformat.read(NOTEBOOKS / lang / name, as_version=4)
-    stale = [f"cell {i}: {line}" for i, text in outputs(nb) for line in stale_lines(text, lang)]
-    assert not stale, (f"{lang}/{name} shows messages the current code no longer prints "
-                       f"(re-run: python notebooks/build.py --execute {name[:2]}):\n" + "\n".join(stale[:10]))
+    stale = fresh.stale_cells(NOTEBOOKS / lang / name, lang)
+    assert not stale, (f"{lang}/{name} shows messages the current code no longer prints; re-execute the "
+                       f"stale notebooks: {fresh.rerun_command([(name[:-6], lang)])}\n" + "\n".join(stale[:10]))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -117,3 +69,52 @@ def test_the_check_catches_an_old_wording():
     assert stale_lines(loss + loss, "tr")  # two ranks' lines glued into one
     english = i18n.t("train.accuracy", lang="en", n=10000, acc=85.24)
     assert stale_lines(english, "tr") and not stale_lines(english, "en")
+
+
+SOURCE = ('=== md tr\nBir satır.\n=== md en\nOne line.\n=== code\nfrom ddp_tutorial import i18n\n\n'
+          'print(i18n.t("train.accuracy", lang=⟪"tr"‖"en"⟫, n=10000, acc=85.24))\n')
+
+
+def test_a_changed_message_names_the_stale_notebook_and_only_it_is_re_executed(tmp_path, monkeypatch, capsys):
+    """A copy of the notebooks folder with two notebooks in two languages, stored with outputs of the
+    current catalogue, except tr/50, which shows yesterday's wording of a message: ``--stale`` names
+    tr/50 alone, and ``--execute --stale`` re-executes tr/50 alone, after which nothing is stale."""
+    build = load("build")
+    folder = tmp_path / "notebooks"
+    (folder / "src").mkdir(parents=True)
+    for name in ("50_fresh", "51_other"):
+        (folder / "src" / f"{name}.cells").write_text(SOURCE, encoding="utf-8")
+    monkeypatch.setattr(build, "HERE", folder)
+    monkeypatch.setattr(build, "SOURCES", folder / "src")
+    monkeypatch.setenv("DDP_TUTORIAL_UNWATCHED", "1")  # what execute() sets, undone after the test
+    assert build.main([]) == 0
+    for lang in ("tr", "en"):
+        for name in ("50_fresh", "51_other"):
+            path = folder / lang / f"{name}.ipynb"
+            nb = nbformat.read(path, as_version=4)
+            text = i18n.t("train.accuracy", lang=lang, n=10000, acc=85.24)
+            if (lang, name) == ("tr", "50_fresh"):
+                text = "10000 test görüntüsünde ağın doğruluğu: 85.24 %"  # the wording before the Turkish numbers
+            nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
+            nbformat.write(nb, path)
+    untouched = {p: p.read_bytes() for p in folder.glob("*/*.ipynb")}
+    assert set(fresh.stale_notebooks(folder)) == {("50_fresh", "tr")}
+    capsys.readouterr()
+
+    assert build.main(["--stale"]) == 0  # names it; without --execute nothing is run
+    said = capsys.readouterr().out
+    assert "stale: tr/50_fresh.ipynb" in said and "51_other" not in said and "en/" not in said, said
+
+    assert build.main(["--execute", "--stale"]) == 0
+    said = capsys.readouterr().out
+    assert "ran notebooks/tr/50_fresh.ipynb" in said and said.count("ran ") == 1, said
+    assert fresh.stale_notebooks(folder) == {}
+    changed = [p.relative_to(folder).as_posix() for p, data in untouched.items() if p.read_bytes() != data]
+    assert changed == ["tr/50_fresh.ipynb"], changed
+    assert build.main(["--stale"]) == 0 and "nothing to do" in capsys.readouterr().out
+
+
+def test_the_rerun_command_names_the_lab_when_05_is_stale():
+    assert fresh.rerun_command([("04_ddp_training", "tr")]) == "python notebooks/build.py --execute --stale"
+    assert fresh.rerun_command([("05_cluster_slurm", "en"), ("04_ddp_training", "tr")]) == (
+        "python notebooks/build.py --execute --stale --slurmlab")
