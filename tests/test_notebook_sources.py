@@ -31,10 +31,12 @@ CASES = {
 
 
 def checkout(tmp_path: Path, name: str, content) -> Path:
-    """A throw-away checkout: notebooks/build.py, a good source and the one under test."""
+    """A throw-away checkout: notebooks/build.py (with the modules it loads beside it), a good source
+    and the one under test."""
     notebooks = tmp_path / "notebooks"
     (notebooks / "src").mkdir(parents=True)
-    shutil.copy(ROOT / "notebooks" / "build.py", notebooks / "build.py")
+    for module in ("build.py", "quoted.py", "freshness.py"):
+        shutil.copy(ROOT / "notebooks" / module, notebooks / module)
     (notebooks / "src" / "10_good.cells").write_text(GOOD, encoding="utf-8")
     bad = notebooks / "src" / name
     bad.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
