@@ -220,7 +220,11 @@ def build(path: Path, lang: str) -> nbformat.NotebookNode:
                 cell.metadata["tags"] = ["raises-exception"]
             nb.cells.append(cell)
         else:  # the ⟦name⟧ numbers filled in from their sources
-            nb.cells.append(nbformat.v4.new_markdown_cell(sibling("quoted").fill(content[lang], lang)))
+            try:
+                text = sibling("quoted").fill(content[lang], lang)
+            except sibling("quoted").QuoteError as error:
+                raise SourceError(f"{shown(path)}: {error}") from None
+            nb.cells.append(nbformat.v4.new_markdown_cell(text))
     for i, cell in enumerate(nb.cells):  # stable ids: diffs stay small when the notebooks are rebuilt
         cell["id"] = f"{path.stem[:2]}-{i:02d}-{cell.cell_type[:4]}"
     nb.metadata["kernelspec"] = dict(KERNELSPEC)

@@ -25,6 +25,7 @@ CONTENTION = "benchmarks/results/contention-cpu-2core.json"  # the package's wai
 SPINNING = "benchmarks/results/contention-cpu-2core-spinning.json"  # the same run with spinning waits (06)
 H200 = "benchmarks/results/gpu-h200.json"  # python -m benchmarks.gpu on one H200 (04, 06, kit)
 COMM = "benchmarks/results/comm-cpu-2core.json"  # python -m benchmarks.comm --world 2 (06)
+LR_RULES = "benchmarks/results/lr-rules-mnist.json"  # benchmarks/lr_rules.py (06's summary)
 PRECISION = "benchmarks/results/proof-precision-mnist.json"  # 08's proof in float32 and float64 (kit)
 MARK = re.compile(r"⟦([^⟦⟧]*)⟧")
 
@@ -75,9 +76,24 @@ def _exact() -> float:
     return capstone.EXACT
 
 
+def _wait_minutes() -> float:
+    """The minutes 05's cell waits for its job: ``slurm.wait(job_id, timeout=SECONDS, …)`` in its code."""
+    code = (ROOT / "notebooks" / "src" / "05_cluster_slurm.cells").read_text(encoding="utf-8")
+    return int(re.search(r"slurm\.wait\(job_id, timeout=(\d+)", code).group(1)) / 60
+
+
+def _live_images() -> int:
+    """The images of one live round in 04: ``train_subset=…`` of its ``quick`` configuration."""
+    code = (ROOT / "notebooks" / "src" / "04_ddp_training.cells").read_text(encoding="utf-8")
+    return int(re.search(r"quick = TrainConfig\(.*?train_subset=([\d_]+)", code).group(1).replace("_", ""))
+
+
 def _stop_every() -> int:
-    from ddp_tutorial.runstate import STOP_CHECK_EVERY
-    return STOP_CHECK_EVERY
+    """``STOP_CHECK_EVERY = N`` wherever the package defines it (read, not imported: no torch to load)."""
+    found = {int(m.group(1)) for path in (ROOT / "ddp_tutorial").rglob("*.py")
+             for m in re.finditer(r"^STOP_CHECK_EVERY = (\d+)", path.read_text(encoding="utf-8"), re.M)}
+    assert len(found) == 1, f"STOP_CHECK_EVERY defined {len(found)} times in ddp_tutorial/"
+    return found.pop()
 
 
 def _day_profile() -> str:
@@ -117,6 +133,7 @@ QUOTES = {
     "comm.limit_overlap": Quote(COMM + " limit_overlap", lambda: read_json(COMM)["limit_overlap"], 2),
     "comm.ddp": Quote(COMM + " ddp_speedup", lambda: read_json(COMM)["ddp_speedup"], 2),
     "comm.buckets": Quote(COMM + " ddp_buckets_speedup", lambda: read_json(COMM)["ddp_buckets_speedup"], 2),
+    "live.images": Quote("notebooks/src/04_ddp_training.cells quick = TrainConfig(train_subset=…)", _live_images),
     "live.low": Quote("notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)",
                       lambda: LIVE_MEDIANS[0], 1),
     "live.high": Quote("notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)",
@@ -149,7 +166,9 @@ QUOTES = {
     "proof.float32_gap": Quote(PRECISION + " largest float32 gap of its builds",
                                lambda: max(run["float32"]["gap"] for run in read_json(PRECISION).values()),
                                style="exp"),
-    "stop.every": Quote("ddp_tutorial.runstate.STOP_CHECK_EVERY", _stop_every),
+    "05.wait_minutes": Quote("notebooks/src/05_cluster_slurm.cells slurm.wait(job_id, timeout=…) / 60",
+                             _wait_minutes),
+    "stop.every": Quote("ddp_tutorial's STOP_CHECK_EVERY", _stop_every),
     "day.profile": Quote("ddp_tutorial.slurm.day_profile() (05's job on a CPU session)", _day_profile, style="text"),
 }
 
@@ -168,6 +187,9 @@ CLAIMS = {
     "06: world 1 still reaches 85 % first": lambda: number("reach.w1.seconds") < number("reach.w2_scaled.seconds"),
     "06: the package's policy stays near its idle rate under load": lambda: number("policy.loaded_over_idle") > 0.9,
     "06: the policy's idle rate is below the spinning one": lambda: number("policy.idle") < number("spin.idle"),
+    "06: the linear rule won for both Adam and SGD (3 seeds)":
+        lambda: read_json(LR_RULES)["winners"] == {"adam": "linear", "sgd": "linear"}
+        and len(read_json(LR_RULES)["seeds"]) == 3,
 }
 
 
@@ -186,9 +208,17 @@ def written(value, lang: str, decimals: int = 0, style: str = "number") -> str:
     return text
 
 
+class QuoteError(ValueError):
+    """A quote whose source cannot be read (its message names the quote and the source)."""
+
+
 def value(name: str, lang: str) -> str:
     quote = QUOTES[name]
-    return written(quote.read(), lang, quote.decimals, quote.style)
+    try:
+        return written(quote.read(), lang, quote.decimals, quote.style)
+    except (OSError, KeyError, IndexError, ValueError, AttributeError, StopIteration, AssertionError) as error:
+        raise QuoteError(f"⟦{name}⟧ cannot be read from {quote.source} ({type(error).__name__}: {error}); "
+                         f"restore the source or change the quote in notebooks/quoted.py") from None
 
 
 def unknown(text: str) -> list:

@@ -117,6 +117,24 @@ def test_an_unknown_mark_is_refused_with_its_file_and_line(tmp_path):
         build.parse(bad)
 
 
+def test_a_source_that_cannot_be_read_is_one_line_naming_the_quote(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "gone.json"  # a results file deleted or renamed
+    monkeypatch.setitem(quoted.QUOTES, "gone.rate", quoted.Quote(str(missing), lambda: quoted.json.loads(
+        missing.read_text())["rate"]))
+    source = tmp_path / "src" / "96_gone.cells"
+    source.parent.mkdir()
+    source.write_text("=== md tr\nHız ⟦gone.rate⟧.\n=== md en\nRate ⟦gone.rate⟧.\n", encoding="utf-8")
+    with pytest.raises(build.SourceError, match=r"96_gone\.cells: ⟦gone\.rate⟧ cannot be read from .*gone\.json "
+                                                r"\(FileNotFoundError"):
+        build.build(source, "tr")
+    monkeypatch.setattr(build, "SOURCES", source.parent)
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    assert build.main([]) == 2
+    said = capsys.readouterr().err
+    assert len(said.splitlines()) == 1 and "(nothing written)" in said and "Traceback" not in said, said
+    assert not (tmp_path / "tr").exists()
+
+
 # 04's live cell: "world 2 / world 1 within a round: median 0.57× (…)" / "… medyan 0,51 kat (…)"
 LIVE = {"en": re.compile(r"world 2 / world 1 within a round: median ([\d.]+)×"),
         "tr": re.compile(r"dünya boyutu 2 / dünya boyutu 1: medyan ([\d,]+) kat")}
