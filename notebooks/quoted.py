@@ -26,6 +26,7 @@ SPINNING = "benchmarks/results/contention-cpu-2core-spinning.json"  # the same r
 H200 = "benchmarks/results/gpu-h200.json"  # python -m benchmarks.gpu on one H200 (04, 06, kit)
 COMM = "benchmarks/results/comm-cpu-2core.json"  # python -m benchmarks.comm --world 2 (06)
 LR_RULES = "benchmarks/results/lr-rules-mnist.json"  # benchmarks/lr_rules.py (06's summary)
+HEADLINE = "benchmarks/results/seed-headline-cpu-2core.json"  # python -m benchmarks.seed_headline (01, 04, 06)
 PRECISION = "benchmarks/results/proof-precision-mnist.json"  # 08's proof in float32 and float64 (kit)
 MARK = re.compile(r"⟦([^⟦⟧]*)⟧")
 
@@ -57,6 +58,38 @@ def _reach(world: int, scaled: bool) -> dict:
     return {f"{name}.epochs": Quote(where + "epoch", lambda: _reached(world, scaled, "epoch")),
             f"{name}.steps": Quote(where + "steps", lambda: _reached(world, scaled, "steps")),
             f"{name}.seconds": Quote(where + "train_seconds", lambda: _reached(world, scaled, "train_seconds"), 1)}
+
+
+def _headline(config: str, field: str) -> float:
+    return read_json(HEADLINE)["summary"][config][field]
+
+
+def _loss_range(losses: list, epoch: int, end) -> float:
+    """The smallest (``end=min``) or largest per-rank loss sum of ``epoch`` (0 or 1)."""
+    return end(losses[epoch])
+
+
+def _headline_quotes() -> dict:
+    """The seed's recipe and the same model at world 1, 5 seeds each (01, 04, 06)."""
+    where = HEADLINE + " summary."
+    quotes = {}
+    for config in ("seed", "world1"):
+        for end in ("min", "max", "mean"):
+            quotes[f"headline.{config}.{end}"] = Quote(
+                f"{where}{config}.test_accuracy_{end}",
+                lambda config=config, end=end: _headline(config, f"test_accuracy_{end}"), 2)
+    for epoch in (0, 1):
+        for end, pick in (("min", 0), ("max", 1)):
+            quotes[f"headline.seed.loss{epoch + 1}.{end}"] = Quote(
+                f"{where}seed.rank_loss_range[{epoch}][{pick}]",
+                lambda epoch=epoch, pick=pick: _headline("seed", "rank_loss_range")[epoch][pick], 2)
+            quotes[f"headline.printed.loss{epoch + 1}.{end}"] = Quote(
+                f"{HEADLINE} seed_printed.rank_losses[{epoch}] ({end})",
+                lambda epoch=epoch, end=end: _loss_range(read_json(HEADLINE)["seed_printed"]["rank_losses"], epoch,
+                                                         min if end == "min" else max), 2)
+    quotes["headline.printed.accuracy"] = Quote(HEADLINE + " seed_printed.test_accuracy",
+                                                lambda: read_json(HEADLINE)["seed_printed"]["test_accuracy"], 2)
+    return quotes
 
 
 def _exercises(first: str, last: str) -> int:
@@ -138,6 +171,7 @@ QUOTES = {
                       lambda: LIVE_MEDIANS[0], 1),
     "live.high": Quote("notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)",
                        lambda: LIVE_MEDIANS[1], 1),
+    **_headline_quotes(),
     # The wait policy beside a busy process (06)
     "spin.idle": Quote(SPINNING + " package.idle", lambda: _contention(SPINNING, "package", "idle")),
     "spin.loaded": Quote(SPINNING + " package.loaded", lambda: _contention(SPINNING, "package", "loaded")),
@@ -163,6 +197,9 @@ QUOTES = {
     "exercises.all": Quote("ddp_tutorial.exercises.EXERCISES", _all_exercises),
     "exercises.01_06": Quote("'=== exercise' blocks of notebooks/src/01…06", lambda: _exercises("01", "06")),
     "capstone.exact": Quote("ddp_tutorial.exercises.capstone.EXACT", _exact, style="exp"),
+    "proof.float32_smallest": Quote(PRECISION + " smallest float32 gap of its builds",
+                                    lambda: min(run["float32"]["gap"] for run in read_json(PRECISION).values()),
+                                    style="exp"),
     "proof.float32_gap": Quote(PRECISION + " largest float32 gap of its builds",
                                lambda: max(run["float32"]["gap"] for run in read_json(PRECISION).values()),
                                style="exp"),
@@ -187,6 +224,13 @@ CLAIMS = {
     "06: world 1 still reaches 85 % first": lambda: number("reach.w1.seconds") < number("reach.w2_scaled.seconds"),
     "06: the package's policy stays near its idle rate under load": lambda: number("policy.loaded_over_idle") > 0.9,
     "06: the policy's idle rate is below the spinning one": lambda: number("policy.idle") < number("spin.idle"),
+    "04: the seed's printed accuracy lies in the range of the 5 seeds here":
+        lambda: number("headline.seed.min") <= number("headline.printed.accuracy") <= number("headline.seed.max"),
+    "06: more GPUs, a worse model (the seed's recipe below world 1)":
+        lambda: number("headline.seed.mean") < number("headline.world1.mean"),
+    "08: the float64 check's tolerance is above float64 rounding and below float32 rounding":
+        lambda: max(run["float64"]["gap"] for run in read_json(PRECISION).values()) < number("capstone.exact")
+        < number("proof.float32_smallest"),
     "06: the linear rule won for both Adam and SGD (3 seeds)":
         lambda: read_json(LR_RULES)["winners"] == {"adam": "linear", "sgd": "linear"}
         and len(read_json(LR_RULES)["seeds"]) == 3,
