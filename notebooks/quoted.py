@@ -40,56 +40,50 @@ def read_json(relative: str) -> dict:
     return json.loads((ROOT / relative).read_text(encoding="utf-8"))
 
 
-def _contention(path: str, row: str, condition: str) -> float:
-    return read_json(path)["contention"]["rows"][row][condition]["samples_per_second"]
+@dataclass(frozen=True)
+class Quote:
+    """A number the prose quotes: ``read()`` gives it from ``source``; ``style`` says how it is written:
+    ``number`` (``decimals`` places, thousands grouped), ``percent`` (``%21`` / ``21 %``),
+    ``exp`` (``1e-12`` in both languages) or ``text`` (a name, as it is)."""
+    source: str
+    read: Callable[[], object]
+    decimals: int = 0
+    style: str = "number"
 
 
-def _reached(world: int, scaled: bool, field: str) -> float:
+def at(path: str, *keys, decimals: int = 0, style: str = "number", then: Callable | None = None,
+       says: str = "") -> Quote:
+    """The field ``keys`` of the JSON file ``path``; ``then`` turns it into the quoted number, and
+    ``says`` how (for the error messages and the test's)."""
+    def read():
+        found = read_json(path)
+        for key in keys:
+            found = found[key]
+        return found if then is None else then(found)
+    return Quote(f"{path} {'.'.join(map(str, keys))}{f' ({says})' if says else ''}", read, decimals, style)
+
+
+def ratio(top: Quote, bottom: Quote, decimals: int) -> Quote:
+    return Quote(f"{top.source} / {bottom.source}", lambda: top.read() / bottom.read(), decimals)
+
+
+def in_code(path: str, pattern: str, then: Callable = int) -> Quote:
+    """The number ``pattern``'s group captures in the file ``path`` (a constant read, not imported)."""
+    def read():
+        found = {m.group(1) for file in sorted(ROOT.glob(path))
+                 for m in re.finditer(pattern, file.read_text(encoding="utf-8"), re.M)}
+        if len(found) != 1:
+            raise ValueError(f"{pattern!r} found {len(found)} values in {path}, not one")
+        return then(found.pop().replace("_", ""))
+    return Quote(f"{path} {pattern}", read)
+
+
+def reached(world: int, scaled: bool, field: str, decimals: int = 0) -> Quote:
     """Where the record's run of ``world`` processes (with ``--scale-lr`` or not) reached 85 %."""
-    curves = read_json(RECORD)["time_to_accuracy"]["curves"]
-    curve = next(c for c in curves if c["world_size"] == world and c["scale_lr"] == scaled)
-    return curve["reached"][field]
-
-
-def _reach(world: int, scaled: bool) -> dict:
-    """The three quotes of one time-to-85 % run: epochs, steps, seconds."""
-    name = f"reach.w{world}{'_scaled' if scaled else ''}"
-    where = f"{RECORD} time_to_accuracy (world {world}, scale_lr {scaled}) reached."
-    return {f"{name}.epochs": Quote(where + "epoch", lambda: _reached(world, scaled, "epoch")),
-            f"{name}.steps": Quote(where + "steps", lambda: _reached(world, scaled, "steps")),
-            f"{name}.seconds": Quote(where + "train_seconds", lambda: _reached(world, scaled, "train_seconds"), 1)}
-
-
-def _headline(config: str, field: str) -> float:
-    return read_json(HEADLINE)["summary"][config][field]
-
-
-def _loss_range(losses: list, epoch: int, end) -> float:
-    """The smallest (``end=min``) or largest per-rank loss sum of ``epoch`` (0 or 1)."""
-    return end(losses[epoch])
-
-
-def _headline_quotes() -> dict:
-    """The seed's recipe and the same model at world 1, 5 seeds each (01, 04, 06)."""
-    where = HEADLINE + " summary."
-    quotes = {}
-    for config in ("seed", "world1"):
-        for end in ("min", "max", "mean"):
-            quotes[f"headline.{config}.{end}"] = Quote(
-                f"{where}{config}.test_accuracy_{end}",
-                lambda config=config, end=end: _headline(config, f"test_accuracy_{end}"), 2)
-    for epoch in (0, 1):
-        for end, pick in (("min", 0), ("max", 1)):
-            quotes[f"headline.seed.loss{epoch + 1}.{end}"] = Quote(
-                f"{where}seed.rank_loss_range[{epoch}][{pick}]",
-                lambda epoch=epoch, pick=pick: _headline("seed", "rank_loss_range")[epoch][pick], 2)
-            quotes[f"headline.printed.loss{epoch + 1}.{end}"] = Quote(
-                f"{HEADLINE} seed_printed.rank_losses[{epoch}] ({end})",
-                lambda epoch=epoch, end=end: _loss_range(read_json(HEADLINE)["seed_printed"]["rank_losses"], epoch,
-                                                         min if end == "min" else max), 2)
-    quotes["headline.printed.accuracy"] = Quote(HEADLINE + " seed_printed.test_accuracy",
-                                                lambda: read_json(HEADLINE)["seed_printed"]["test_accuracy"], 2)
-    return quotes
+    def pick(curves):
+        return next(c for c in curves if c["world_size"] == world and c["scale_lr"] == scaled)["reached"][field]
+    return at(RECORD, "time_to_accuracy", "curves", decimals=decimals, then=pick,
+              says=f"world {world}, scale_lr {scaled}: reached.{field}")
 
 
 def _exercises(first: str, last: str) -> int:
@@ -109,103 +103,97 @@ def _exact() -> float:
     return capstone.EXACT
 
 
-def _wait_minutes() -> float:
-    """The minutes 05's cell waits for its job: ``slurm.wait(job_id, timeout=SECONDS, …)`` in its code."""
-    code = (ROOT / "notebooks" / "src" / "05_cluster_slurm.cells").read_text(encoding="utf-8")
-    return int(re.search(r"slurm\.wait\(job_id, timeout=(\d+)", code).group(1)) / 60
-
-
-def _live_images() -> int:
-    """The images of one live round in 04: ``train_subset=…`` of its ``quick`` configuration."""
-    code = (ROOT / "notebooks" / "src" / "04_ddp_training.cells").read_text(encoding="utf-8")
-    return int(re.search(r"quick = TrainConfig\(.*?train_subset=([\d_]+)", code).group(1).replace("_", ""))
-
-
-def _stop_every() -> int:
-    """``STOP_CHECK_EVERY = N`` wherever the package defines it (read, not imported: no torch to load)."""
-    found = {int(m.group(1)) for path in (ROOT / "ddp_tutorial").rglob("*.py")
-             for m in re.finditer(r"^STOP_CHECK_EVERY = (\d+)", path.read_text(encoding="utf-8"), re.M)}
-    assert len(found) == 1, f"STOP_CHECK_EVERY defined {len(found)} times in ddp_tutorial/"
-    return found.pop()
-
-
 def _day_profile() -> str:
     from ddp_tutorial import slurm
     return slurm.day_profile({}).name
 
 
-@dataclass(frozen=True)
-class Quote:
-    """A number the prose quotes: ``read()`` gives it from ``source``; ``style`` says how it is written:
-    ``number`` (``decimals`` places, thousands grouped), ``percent`` (``%21`` / ``21 %``),
-    ``exp`` (``1e-12`` in both languages) or ``text`` (a name, as it is)."""
-    source: str
-    read: Callable[[], object]
-    decimals: int = 0
-    style: str = "number"
+def _gaps(dtype: str, end: Callable) -> Callable:
+    """The smallest or largest gap of ``dtype`` over the builds 08's precision run tried (default, avx2, avx512)."""
+    return lambda runs: end(run[dtype]["gap"] for run in runs.values())
 
+
+def _contention(path: str, row: str, condition: str) -> Quote:
+    return at(path, "contention", "rows", row, condition, "samples_per_second")
+
+
+SPIN_IDLE = _contention(SPINNING, "package", "idle")
+POLICY_IDLE = _contention(CONTENTION, "package", "idle")
+LIVE = "notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)"
 
 QUOTES = {
     # The throughput record (04's figure, 06's scaling section)
-    "record.world1": Quote(RECORD + " scaling.1", lambda: read_json(RECORD)["scaling"]["1"]["samples_per_second"]),
-    "record.world2": Quote(RECORD + " scaling.2", lambda: read_json(RECORD)["scaling"]["2"]["samples_per_second"]),
-    "record.ratio": Quote(RECORD + " scaling.2.speedup", lambda: read_json(RECORD)["scaling"]["2"]["speedup"], 2),
-    "record.efficiency": Quote(RECORD + " scaling.2.efficiency",
-                               lambda: 100 * read_json(RECORD)["scaling"]["2"]["efficiency"], 0, "percent"),
-    "record.compute_ms": Quote(RECORD + " communication.0.compute",
-                               lambda: read_json(RECORD)["communication"][0]["compute"], 2),
-    "record.ddp_ms": Quote(RECORD + " communication.0.ddp", lambda: read_json(RECORD)["communication"][0]["ddp"], 2),
-    "record.wait_ms": Quote(RECORD + " communication.0.ddp − compute",
-                            lambda: read_json(RECORD)["communication"][0]["ddp"]
-                            - read_json(RECORD)["communication"][0]["compute"]),
-    "record.gradient_kb": Quote(RECORD + " communication.0.gradient_bytes // 1024",
-                                lambda: read_json(RECORD)["communication"][0]["gradient_bytes"] // 1024),
-    **_reach(1, False), **_reach(2, False), **_reach(2, True),
+    "record.world1": at(RECORD, "scaling", "1", "samples_per_second"),
+    "record.world2": at(RECORD, "scaling", "2", "samples_per_second"),
+    "record.ratio": at(RECORD, "scaling", "2", "speedup", decimals=2),
+    "record.efficiency": at(RECORD, "scaling", "2", "efficiency", style="percent", then=lambda x: 100 * x,
+                            says="× 100"),
+    "record.compute_ms": at(RECORD, "communication", 0, "compute", decimals=2),
+    "record.ddp_ms": at(RECORD, "communication", 0, "ddp", decimals=2),
+    "record.wait_ms": at(RECORD, "communication", 0, then=lambda c: c["ddp"] - c["compute"], says="ddp − compute"),
+    "record.gradient_kb": at(RECORD, "communication", 0, "gradient_bytes", then=lambda b: b // 1024, says="// 1024"),
+    "reach.w1.epochs": reached(1, False, "epoch"),
+    "reach.w1.steps": reached(1, False, "steps"),
+    "reach.w1.seconds": reached(1, False, "train_seconds", 1),
+    "reach.w2.epochs": reached(2, False, "epoch"),
+    "reach.w2.steps": reached(2, False, "steps"),
+    "reach.w2.seconds": reached(2, False, "train_seconds", 1),
+    "reach.w2_scaled.epochs": reached(2, True, "epoch"),
+    "reach.w2_scaled.steps": reached(2, True, "steps"),
+    "reach.w2_scaled.seconds": reached(2, True, "train_seconds", 1),
+    # 04's live rounds
+    "live.images": in_code("notebooks/src/04_ddp_training.cells", r"quick = TrainConfig\(.*?train_subset=([\d_]+)"),
+    "live.low": Quote(LIVE, lambda: LIVE_MEDIANS[0], 1),
+    "live.high": Quote(LIVE, lambda: LIVE_MEDIANS[1], 1),
     # Overlapping the all-reduce with the backward pass, against one single-threaded rank (06)
-    "comm.limit_no_overlap": Quote(COMM + " limit_no_overlap", lambda: read_json(COMM)["limit_no_overlap"], 2),
-    "comm.limit_overlap": Quote(COMM + " limit_overlap", lambda: read_json(COMM)["limit_overlap"], 2),
-    "comm.ddp": Quote(COMM + " ddp_speedup", lambda: read_json(COMM)["ddp_speedup"], 2),
-    "comm.buckets": Quote(COMM + " ddp_buckets_speedup", lambda: read_json(COMM)["ddp_buckets_speedup"], 2),
-    "live.images": Quote("notebooks/src/04_ddp_training.cells quick = TrainConfig(train_subset=…)", _live_images),
-    "live.low": Quote("notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)",
-                      lambda: LIVE_MEDIANS[0], 1),
-    "live.high": Quote("notebooks/quoted.py LIVE_MEDIANS (checked against 04's stored runs)",
-                       lambda: LIVE_MEDIANS[1], 1),
-    **_headline_quotes(),
+    "comm.limit_no_overlap": at(COMM, "limit_no_overlap", decimals=2),
+    "comm.limit_overlap": at(COMM, "limit_overlap", decimals=2),
+    "comm.ddp": at(COMM, "ddp_speedup", decimals=2),
+    "comm.buckets": at(COMM, "ddp_buckets_speedup", decimals=2),
+    # The seed's recipe (6 processes) and the same model at world 1, 5 seeds each (01, 04, 06)
+    "headline.printed.accuracy": at(HEADLINE, "seed_printed", "test_accuracy", decimals=2),
+    "headline.printed.loss1.min": at(HEADLINE, "seed_printed", "rank_losses", 0, decimals=2, then=min,
+                                        says="min over the ranks"),
+    "headline.printed.loss1.max": at(HEADLINE, "seed_printed", "rank_losses", 0, decimals=2, then=max,
+                                        says="max over the ranks"),
+    "headline.printed.loss2.min": at(HEADLINE, "seed_printed", "rank_losses", 1, decimals=2, then=min,
+                                        says="min over the ranks"),
+    "headline.printed.loss2.max": at(HEADLINE, "seed_printed", "rank_losses", 1, decimals=2, then=max,
+                                        says="max over the ranks"),
+    "headline.seed.min": at(HEADLINE, "summary", "seed", "test_accuracy_min", decimals=2),
+    "headline.seed.max": at(HEADLINE, "summary", "seed", "test_accuracy_max", decimals=2),
+    "headline.seed.mean": at(HEADLINE, "summary", "seed", "test_accuracy_mean", decimals=2),
+    "headline.seed.loss1.min": at(HEADLINE, "summary", "seed", "rank_loss_range", 0, 0, decimals=2),
+    "headline.seed.loss1.max": at(HEADLINE, "summary", "seed", "rank_loss_range", 0, 1, decimals=2),
+    "headline.seed.loss2.min": at(HEADLINE, "summary", "seed", "rank_loss_range", 1, 0, decimals=2),
+    "headline.seed.loss2.max": at(HEADLINE, "summary", "seed", "rank_loss_range", 1, 1, decimals=2),
+    "headline.world1.min": at(HEADLINE, "summary", "world1", "test_accuracy_min", decimals=2),
+    "headline.world1.max": at(HEADLINE, "summary", "world1", "test_accuracy_max", decimals=2),
+    "headline.world1.mean": at(HEADLINE, "summary", "world1", "test_accuracy_mean", decimals=2),
     # The wait policy beside a busy process (06)
-    "spin.idle": Quote(SPINNING + " package.idle", lambda: _contention(SPINNING, "package", "idle")),
-    "spin.loaded": Quote(SPINNING + " package.loaded", lambda: _contention(SPINNING, "package", "loaded")),
-    "spin.loaded_over_idle": Quote(SPINNING + " ratios.loaded_over_idle",
-                                   lambda: read_json(SPINNING)["contention"]["ratios"]["loaded_over_idle"], 2),
-    "policy.idle": Quote(CONTENTION + " package.idle", lambda: _contention(CONTENTION, "package", "idle")),
-    "policy.loaded": Quote(CONTENTION + " package.loaded", lambda: _contention(CONTENTION, "package", "loaded")),
-    "policy.loaded_over_idle": Quote(CONTENTION + " ratios.loaded_over_idle",
-                                     lambda: read_json(CONTENTION)["contention"]["ratios"]["loaded_over_idle"], 2),
-    "policy.idle_over_spin_idle": Quote(CONTENTION + " package.idle / " + SPINNING + " package.idle",
-                                        lambda: _contention(CONTENTION, "package", "idle")
-                                        / _contention(SPINNING, "package", "idle"), 2),
-    "seed.loaded": Quote(CONTENTION + " seed.loaded", lambda: _contention(CONTENTION, "seed", "loaded")),
-    "policy.over_seed_loaded": Quote(CONTENTION + " ratios.package_over_seed_loaded",
-                                     lambda: read_json(CONTENTION)["contention"]["ratios"]["package_over_seed_loaded"],
-                                     1),
-    # A rank killed under NCCL on one H200 (04, 06, the kit, troubleshooting)
-    "h200.plain_ms": Quote(H200 + " ddp_step.plain_step_ms", lambda: read_json(H200)["ddp_step"]["plain_step_ms"], 2),
-    "h200.ddp_ms": Quote(H200 + " ddp_step.ddp_step_ms", lambda: read_json(H200)["ddp_step"]["ddp_step_ms"], 2),
-    "h200.survivor_s": Quote(H200 + " pair_kill.survivor_seconds",
-                             lambda: read_json(H200)["pair_kill"]["survivor_seconds"], 1),
+    "spin.idle": SPIN_IDLE,
+    "spin.loaded": _contention(SPINNING, "package", "loaded"),
+    "spin.loaded_over_idle": at(SPINNING, "contention", "ratios", "loaded_over_idle", decimals=2),
+    "policy.idle": POLICY_IDLE,
+    "policy.loaded": _contention(CONTENTION, "package", "loaded"),
+    "policy.loaded_over_idle": at(CONTENTION, "contention", "ratios", "loaded_over_idle", decimals=2),
+    "policy.idle_over_spin_idle": ratio(POLICY_IDLE, SPIN_IDLE, 2),
+    "seed.loaded": _contention(CONTENTION, "seed", "loaded"),
+    "policy.over_seed_loaded": at(CONTENTION, "contention", "ratios", "package_over_seed_loaded", decimals=1),
+    # One H200: the tiny model's step, and a rank killed under NCCL (04, 06, the kit, troubleshooting)
+    "h200.plain_ms": at(H200, "ddp_step", "plain_step_ms", decimals=2),
+    "h200.ddp_ms": at(H200, "ddp_step", "ddp_step_ms", decimals=2),
+    "h200.survivor_s": at(H200, "pair_kill", "survivor_seconds", decimals=1),
+    # 08's proof: float32 rounding on the CPUs tried, and the float64 tolerance (08, the kit)
+    "proof.float32_smallest": at(PRECISION, style="exp", then=_gaps("float32", min), says="smallest float32 gap"),
+    "proof.float32_gap": at(PRECISION, style="exp", then=_gaps("float32", max), says="largest float32 gap"),
+    "capstone.exact": Quote("ddp_tutorial.exercises.capstone.EXACT", _exact, style="exp"),
     # Code and catalogue
     "exercises.all": Quote("ddp_tutorial.exercises.EXERCISES", _all_exercises),
     "exercises.01_06": Quote("'=== exercise' blocks of notebooks/src/01…06", lambda: _exercises("01", "06")),
-    "capstone.exact": Quote("ddp_tutorial.exercises.capstone.EXACT", _exact, style="exp"),
-    "proof.float32_smallest": Quote(PRECISION + " smallest float32 gap of its builds",
-                                    lambda: min(run["float32"]["gap"] for run in read_json(PRECISION).values()),
-                                    style="exp"),
-    "proof.float32_gap": Quote(PRECISION + " largest float32 gap of its builds",
-                               lambda: max(run["float32"]["gap"] for run in read_json(PRECISION).values()),
-                               style="exp"),
-    "05.wait_minutes": Quote("notebooks/src/05_cluster_slurm.cells slurm.wait(job_id, timeout=…) / 60",
-                             _wait_minutes),
-    "stop.every": Quote("ddp_tutorial's STOP_CHECK_EVERY", _stop_every),
+    "05.wait_minutes": in_code("notebooks/src/05_cluster_slurm.cells", r"slurm\.wait\(job_id, timeout=(\d+)",
+                               then=lambda seconds: int(seconds) / 60),
+    "stop.every": in_code("ddp_tutorial/**/*.py", r"^STOP_CHECK_EVERY = (\d+)"),
     "day.profile": Quote("ddp_tutorial.slurm.day_profile() (05's job on a CPU session)", _day_profile, style="text"),
 }
 
@@ -229,7 +217,7 @@ CLAIMS = {
     "06: more GPUs, a worse model (the seed's recipe below world 1)":
         lambda: number("headline.seed.mean") < number("headline.world1.mean"),
     "08: the float64 check's tolerance is above float64 rounding and below float32 rounding":
-        lambda: max(run["float64"]["gap"] for run in read_json(PRECISION).values()) < number("capstone.exact")
+        lambda: at(PRECISION, then=_gaps("float64", max)).read() < number("capstone.exact")
         < number("proof.float32_smallest"),
     "06: the linear rule won for both Adam and SGD (3 seeds)":
         lambda: read_json(LR_RULES)["winners"] == {"adam": "linear", "sgd": "linear"}
