@@ -485,12 +485,9 @@ JOB_SLIPS = {
     "no_partition": [("#SBATCH --partition=akya-cuda\n", "")],
     "partition": [("--partition=akya-cuda", "--partition=palamut-cuda")],
     "nodes": [("--nodes=2", "--nodes=1")],
-    "no_gpus": [("#SBATCH --gres=gpu:4\n", "")],
-    "gpus": [("--gres=gpu:4", "--gres=gpu:8")],
+    "gpus": [("--gres=gpu:4", "--gres=gpu:2")],
     "tasks_torchrun": [("--ntasks-per-node=1", "--ntasks-per-node=4")],
     "tasks_per_gpu": [*PER_GPU[1:]],
-    "no_cpus": [("#SBATCH --cpus-per-task=40\n", "")],
-    "cpus": [("--cpus-per-task=40", "--cpus-per-task=48")],
     "no_output": [("#SBATCH --output=runs/%x-%j.out\n", "")],
     "log_folder": [("--output=runs/", "--output=logs/")],
     "no_signal": [("#SBATCH --signal=B:USR1@300\n", "")],
@@ -517,7 +514,6 @@ JOB_SLIPS = {
     "port_unknown": [("$((15000 + SLURM_JOB_ID % 15000))", "$(expr 10000 + $SLURM_JOB_ID)")],
     "kill_on_bad_exit_off": [("--kill-on-bad-exit=1", "--kill-on-bad-exit=0")],
     "exit_early": [("export OMP_NUM_THREADS=10\n", "export OMP_NUM_THREADS=10\nexit 0\n")],
-    "zero": [("--cpus-per-task=40", "--cpus-per-task=0")],
     "nul": [('exit "$STATUS"\n', 'exit "$STATUS"\n\0')],
     "encoding": [("#SBATCH --job-name=ddp-own\n", "#SBATCH --job-name=ddp-own\n# notes \udcff\n")],
     "crlf": [("\n", "\r\n")],
@@ -581,6 +577,21 @@ JOB_SHAPES = {
                                    '[ "$STOP" -eq 1 ] && scontrol requeue "$SLURM_JOB_ID"\n')], None),
     "exit under an if before srun": ([("export OMP_NUM_THREADS=10\n", "export OMP_NUM_THREADS=10\n"
                                        "if [ ! -f train.py ]; then\n    exit 1\nfi\n")], None),
+    # issue 49 P1: a requeue in a case branch, or beside ||, or negated: read as bash reads it
+    "requeue in a case branch on 75": ([('if [ "$STOP" -eq 1 ]; then\n    scontrol requeue "$SLURM_JOB_ID"\nfi\n',
+                                         'case "$STATUS" in\n    75) scontrol requeue "$SLURM_JOB_ID" ;;\nesac\n')],
+                                       "ex.ddp_job.requeue_75"),
+    "requeue in a one-line case on 75": ([('if [ "$STOP" -eq 1 ]; then\n    scontrol requeue "$SLURM_JOB_ID"\nfi\n',
+                                           'case $STATUS in 75) scontrol requeue "$SLURM_JOB_ID" ;; esac\n')],
+                                         "ex.ddp_job.requeue_75"),
+    "requeue on 75 and STOP": ([('if [ "$STOP" -eq 1 ]', 'if [ "$STATUS" -eq 75 ] && [ "$STOP" -eq 1 ]')],
+                               "ex.ddp_job.requeue_75"),
+    "requeue in a case branch on STOP": ([('if [ "$STOP" -eq 1 ]; then\n    scontrol requeue "$SLURM_JOB_ID"\nfi\n',
+                                           'case "$STOP" in\n    1)\n        scontrol requeue "$SLURM_JOB_ID"\n'
+                                           '        ;;\n    *) echo done ;;\nesac\n')], None),
+    "requeue on 75 or STOP": ([('if [ "$STOP" -eq 1 ]', 'if [ "$STATUS" -eq 75 ] || [ "$STOP" -eq 1 ]')], None),
+    "requeue when the status is not 75": ([('if [ "$STOP" -eq 1 ]', 'if [ "$STATUS" != 75 ]')], None),
+    "requeue unless 75 is not the status": ([('if [ "$STOP" -eq 1 ]', 'if ! [ "$STATUS" -eq 75 ]')], None),
     "wait until the step has gone": ([('wait "$STEP"; STATUS=$?\n' + WAIT_AGAIN,
                                        'until wait "$STEP"; STATUS=$?; ! kill -0 "$STEP" 2>/dev/null; do :; done\n')],
                                      None),
@@ -705,5 +716,87 @@ def test_fixed_sbatch_names_too_few_cores_per_gpu(lang):
     fixed = namespace["fixed_sbatch"]
     assert "--cpus-per-task=48" in fixed and ex.fixed_sbatch.evaluate(fixed).status == CORRECT
     outcome = ex.fixed_sbatch.evaluate(fixed.replace("--cpus-per-task=48", "--cpus-per-task=8"))
-    assert outcome.key == "ex.fixed_sbatch.cores", outcome.text
+    assert outcome.key == "ex.job_shape.cores_per_gpu", outcome.text
     assert "--cpus-per-task=48" in outcome.text and "gpu.rst:47" in outcome.text and "palamut-cuda" in outcome.text
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 49 P3: the wrong answers the attendee met with a wrong or partial diagnosis, now named precisely
+
+_SHARD_BLOCKS = '''
+def shard_indices(num_samples, world_size, rank, seed, epoch):
+    import math
+    import torch
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    order = torch.randperm(num_samples, generator=generator).tolist()
+    per = math.ceil(num_samples / world_size)
+    order += order[: per * world_size - num_samples]
+    return order[rank * per:(rank + 1) * per]
+'''
+
+P3_ANSWERS = {
+    # contiguous blocks of the right shuffle (padded, and not): was "seed with seed + epoch"
+    "shard_indices blocks": ("shard_indices", _SHARD_BLOCKS, "ex.shard_indices.blocks"),
+    "shard_indices blocks, no padding": ("shard_indices", _SHARD_BLOCKS.replace(
+        "    order += order[: per * world_size - num_samples]\n", ""), "ex.shard_indices.blocks"),
+    # one hidden layer too many: was "you gave 103, but the model has 73"
+    "mlp_parameters one layer too many": ("mlp_parameters", (
+        "def mlp_parameters(num_layers, input_features, hidden, classes):\n"
+        "    return (input_features * hidden + hidden + (num_layers - 1) * (hidden * hidden + hidden)\n"
+        "            + hidden * classes + classes)\n"), "ex.mlp_parameters.layers"),
+    # the ratio upside down: was "you gave 0.000167, expected 0.006000"
+    "lr_for inverted ratio": ("lr_for", (
+        "def lr_for(base_lr, base_batch, global_batch, rule):\n    import math\n"
+        "    k = base_batch / global_batch\n"
+        "    return {'none': base_lr, 'linear': base_lr * k, 'sqrt': base_lr * math.sqrt(k)}[rule]\n"),
+        "ex.lr_for.inverted"),
+    "lr_for inverted ratio, sqrt only": ("lr_for", (
+        "def lr_for(base_lr, base_batch, global_batch, rule):\n    import math\n"
+        "    k = global_batch / base_batch\n"
+        "    return {'none': base_lr, 'linear': base_lr * k, 'sqrt': base_lr / math.sqrt(k)}[rule]\n"),
+        "ex.lr_for.inverted"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(P3_ANSWERS))
+def test_typical_wrong_answers_of_p3_are_named_precisely(case, lang):
+    name, code, key = P3_ANSWERS[case]
+    exercise = ex.get(name)
+    outcome = exercise.evaluate(cell(code, name))
+    assert outcome.status == WRONG and outcome.key == key, outcome.text
+    for piece in literal_pieces(key, lang):
+        assert piece in outcome.text, (piece, outcome.text)
+    assert exercise.evaluate(solution(exercise)).correct
+
+
+def test_contiguous_blocks_are_not_blamed_on_the_seed(lang):
+    outcome = ex.shard_indices.evaluate(cell(_SHARD_BLOCKS, "shard_indices"))
+    blamed = "seed + epoch =" if lang == "en" else "tohum + epoch ="  # the old message: the seed, which was right
+    assert "order[rank:total:world_size]" in outcome.text and blamed not in outcome.text, outcome.text
+
+
+IN_PLACE = {
+    "divides all_reduce's result": ("def mean_over_ranks(tensor):\n    import torch.distributed as dist\n"
+                                    "    return dist.all_reduce(tensor) / dist.get_world_size()\n"),
+    "keeps all_reduce's result": ("def mean_over_ranks(tensor):\n    import torch.distributed as dist\n"
+                                  "    total = dist.all_reduce(tensor, op=dist.ReduceOp.SUM)\n"
+                                  "    return total / dist.get_world_size()\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE))
+def test_mean_over_ranks_says_all_reduce_works_in_place_and_returns_none(case, engines, lang):
+    """`return dist.all_reduce(t) / n` was a bare TypeError about NoneType; now it says why."""
+    outcome = ex.mean_over_ranks.evaluate(cell(IN_PLACE[case], "mean_over_ranks"))
+    assert outcome.status == WRONG and "NoneType" in outcome.text, outcome.text
+    for piece in literal_pieces("ex.in_place_none", lang):
+        assert piece in outcome.text, (piece, outcome.text)
+
+
+def test_mean_over_ranks_returning_all_reduce_says_it_returns_none(engines, lang):
+    code = "def mean_over_ranks(tensor):\n    import torch.distributed as dist\n    return dist.all_reduce(tensor)\n"
+    outcome = ex.mean_over_ranks.evaluate(cell(code, "mean_over_ranks"))
+    assert outcome.key == "ex.mean_over_ranks.none", outcome.text
+    assert ("works in place and returns None" if lang == "en" else "yerinde çalışır ve None döndürür") in outcome.text
+    assert ex.mean_over_ranks.evaluate(solution(ex.mean_over_ranks)).correct

@@ -10,6 +10,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 from ..i18n import TutorialError, number, t
 from .core import AttendeeError, AttendeeStopped, Exercise, NotDone, WrongAnswer, call, call_for, fail, fail_type
 from .guard import as_int, as_int_list, as_number, shown
+from .job_shape import check_shape, read_shape, training_line
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,12 +111,10 @@ def _grade_sbatch(text):
         raise NotDone()
     options = read_directives(text, typo="ex.fixed_sbatch.typo", indented="ex.fixed_sbatch.indented",
                               late="ex.fixed_sbatch.late_directive")
-    launch = [line for line in text.splitlines() if re.search(r"\bpython\S*\s+\S+", line)]
-    if not launch:
-        fail("ex.fixed_sbatch.no_launch")
-    script = re.search(r"\bpython\S*\s+(\S+)", launch[-1]).group(1)
-    if not script.endswith(".py"):
-        fail("ex.fixed_sbatch.script", script=script)
+    _, launch = training_line(text)  # the shape rules both job exercises share (job_shape): srun, then the site's
+    script = re.search(r"\bpython\S*\s+(\S+)", launch)
+    if script is not None and not script.group(1).endswith(".py"):
+        fail("ex.fixed_sbatch.script", script=script.group(1))
     port = re.search(r"^\s*export\s+MASTER_PORT=([^#\n]*)", text, re.M)
     if not port:
         fail("ex.fixed_sbatch.no_port")
@@ -129,23 +128,10 @@ def _grade_sbatch(text):
         if placeholder and (directive or not line.strip().startswith("#")):
             fail("ex.fixed_sbatch.placeholder_directive" if directive else "ex.fixed_sbatch.placeholder",
                  line=number_, code=line.strip()[:60], name=placeholder.group(0))
-    try:
-        nodes = int(options.get("nodes", "1"))
-        gpus = int(re.search(r"(\d+)$", options.get("gres", "gpu:0")).group(1))
-        cpus = int(options.get("cpus-per-task", "1"))
-        tasks = int(options["ntasks"]) if "ntasks" in options else None
-        per_node = int(options["ntasks-per-node"]) if "ntasks-per-node" in options else None
-    except (ValueError, AttributeError) as error:
-        fail("ex.fixed_sbatch.number", error=str(error))
-    if tasks is not None and per_node is not None and tasks != nodes * per_node:
-        fail("ex.fixed_sbatch.tasks", tasks=tasks, nodes=nodes, per_node=per_node)
-    from ..slurm import PROFILES, JobSpec, validate
-    profile = PROFILES.get(options.get("partition", ""))
-    if profile is not None and profile.site is not None and gpus and cpus < gpus * profile.cpus_per_gpu:
-        from .. import sites
-        source = sites.session().partitions[profile.partition].source_of("cores_per_gpu")
-        fail("ex.fixed_sbatch.cores", cpus=cpus, gpus=gpus, per_gpu=cpus // gpus, partition=profile.partition,
-             need_per_gpu=profile.cpus_per_gpu, need=gpus * profile.cpus_per_gpu, source=source)
+    shape = read_shape(options)
+    check_shape(shape)
+    nodes, gpus, cpus = shape.nodes, shape.gpus_per_node or 0, shape.cpus_per_task or 1
+    from ..slurm import JobSpec, validate
     try:
         per_process = max(1, cpus // max(gpus, 1))
         validate(JobSpec(template="seed", nodes=nodes, gpus_per_node=gpus, cpus_per_process=per_process,
@@ -387,6 +373,9 @@ def _grade_lr(fn):
                           got=number(got, decimals=6), want=number(want, decimals=6))
             if rule == "sqrt" and abs(got - math.sqrt(base * k)) <= 1e-9 + 1e-6 * math.sqrt(base * k):
                 fail("ex.lr_for.sqrt_of_lr", **fields)
+            inverted = base / {"none": 1.0, "linear": k, "sqrt": math.sqrt(k)}[rule]
+            if rule != "none" and k != 1 and abs(got - inverted) <= 1e-9 + 1e-6 * inverted:
+                fail("ex.lr_for.inverted", k=number(k), **fields)  # base_batch / global_batch: the ratio upside down
             if rule != "none" and k != 1 and abs(got - base * (global_batch if rule == "linear"
                                                             else math.sqrt(global_batch))) <= 1e-9:
                 fail("ex.lr_for.batch_not_ratio", **fields)

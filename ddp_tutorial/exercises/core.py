@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import re
 import textwrap
 import traceback
 from dataclasses import dataclass, field
@@ -117,15 +118,36 @@ def where_it_failed(error: BaseException, filename: Optional[str]) -> Tuple[Opti
     return own[-1].filename, own[-1].lineno
 
 
+# torch.distributed's collectives that change their tensor in place and return None (without async_op=True).
+_IN_PLACE = re.compile(r"\b(all_reduce|broadcast|all_gather|reduce_scatter|all_to_all|dist\.reduce)\s*\(")
+
+
+def _used_the_none(error_type: str, message: str, filename: Optional[str], line: str) -> Optional[str]:
+    """The collective whose result (None) the attendee's code used, where a ``TypeError`` about ``NoneType``
+    comes from that: the failing line calls it (``return dist.all_reduce(t) / n``), or the attendee's code
+    assigns its result (``total = dist.all_reduce(t)``)."""
+    if error_type != "TypeError" or "NoneType" not in (message or ""):
+        return None
+    found = _IN_PLACE.search(line)
+    if found is None and filename:
+        assigned = re.compile(r"[^=!<>]=\s*[\w.]*?" + _IN_PLACE.pattern)
+        found = next(filter(None, map(assigned.search, linecache.getlines(filename))), None)
+    return found.group(1).rpartition(".")[2] if found else None
+
+
 def explain_error(error_type: str, message: str, filename: Optional[str], lineno: Optional[int],
                   exited: bool = False) -> str:
     """The attendee's line (from this process's line cache) and a one-line explanation; ``exited``:
-    the error was a ``SystemExit`` (``sys.exit()``), which ends a program instead of answering."""
+    the error was a ``SystemExit`` (``sys.exit()``), which ends a program instead of answering. A
+    ``TypeError`` from using what an in-place collective returned (None) says so."""
     line = linecache.getline(filename, lineno).strip() if filename and lineno else ""
     first = (message or "").strip().splitlines()
     explanation = f"{error_type}: {first[0] if first else ''}".rstrip(": ")
     if exited:
         explanation = t("ex.why_exit", error=explanation)
+    collective = _used_the_none(error_type, message, filename, line)
+    if collective:
+        explanation += " " + t("ex.in_place_none", collective=collective)
     if line:
         return t("ex.your_error", line=lineno, code=line, error=explanation)
     return t("ex.your_error_noline", error=explanation)

@@ -33,10 +33,18 @@ def _grade_mlp_parameters(fn):
     for layers, features, hidden, classes in ((2, 10, 5, 3), (3, 20, 7, 4), (4, 784, 128, 10)):
         want = count_parameters(DeepNeuralNetwork(layers, features, hidden, classes))
         got = expect_int(call(fn, layers, features, hidden, classes))
-        if got != want:
-            weights_only = features * hidden + (layers - 2) * hidden * hidden + hidden * classes
-            key = "ex.mlp_parameters.biases" if got == weights_only else "ex.mlp_parameters.wrong"
-            fail(key, shape=f"{layers}, {features}, {hidden}, {classes}", got=got, want=number(want))
+        if got == want:
+            continue
+        shape = f"{layers}, {features}, {hidden}, {classes}"
+        weights_only = features * hidden + (layers - 2) * hidden * hidden + hidden * classes
+        if got == weights_only:
+            fail("ex.mlp_parameters.biases", shape=shape, got=got, want=number(want))
+        middle_layer = hidden * hidden + hidden  # one hidden→hidden Linear, its biases included
+        for counted in (layers - 1, layers - 3):  # one hidden→hidden layer too many, or too few
+            if counted >= 0 and got == want + (counted - (layers - 2)) * middle_layer:
+                fail("ex.mlp_parameters.layers", shape=shape, got=got, want=number(want), counted=counted,
+                     middle=layers - 2, per_layer=number(middle_layer))
+        fail("ex.mlp_parameters.wrong", shape=shape, got=got, want=number(want))
     return {"count": number(134794)}
 
 
@@ -68,6 +76,10 @@ def _grade_shard(fn):
                 fail("ex.shard_indices.type", got=shown(returned))
             if got == want:
                 continue
+            block = _contiguous_block(got, n, world, seed, epoch)
+            if block is not None:  # the shuffled list cut into blocks, not dealt out every world_size-th index
+                fail("ex.shard_indices.blocks", rank=rank, world=world, n=n, seed=seed, epoch=epoch,
+                     got=short_list(got), want=short_list(want), start=block, end=block + len(got) - 1)
             if len(got) != len(want):
                 fail("ex.shard_indices.length", rank=rank, world=world, n=n, seed=seed, epoch=epoch,
                      got=short_list(got), count=len(got), want=short_list(want), want_count=len(want))
@@ -77,6 +89,23 @@ def _grade_shard(fn):
             fail("ex.shard_indices.wrong", rank=rank, world=world, n=n, seed=seed, epoch=epoch, got=short_list(got),
                  want=short_list(want), total=seed + epoch)
     return {}
+
+
+def _contiguous_block(got, n, world, seed, epoch):
+    """Where ``got`` starts when it is a contiguous block of epoch ``epoch``'s shuffled list (padded or not):
+    the commonest sharding mistake, ``order[rank * per:(rank + 1) * per]``; ``None`` otherwise. The list is
+    the sampler's own: rank r's share is its positions r, r + world, r + 2·world, … (a block of one index
+    is also every world-size-th, so only blocks of two or more count)."""
+    if len(got) < 2:
+        return None
+    shares = [_sampler_share(n, world, rank, seed, epoch) for rank in range(world)]
+    padded = [shares[i % world][i // world] for i in range(len(shares[0]) * world)]
+    for order in (padded, padded[:n]):
+        for per in {math.ceil(n / world), n // world, len(got)}:
+            for start in range(0, len(order), per or 1):
+                if order[start:start + per] == got:
+                    return start
+    return None
 
 
 SHARD_CODE = '''

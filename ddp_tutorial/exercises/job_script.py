@@ -4,8 +4,9 @@ near-blank script.
 
 The check reads the attendee's text as sbatch and bash would and names the first piece that is missing or
 wrong, and why it matters: a placeholder left (``<venv>``: bash reads ``<name>`` as an input redirection),
-a misspelt directive, the partition, nodes, tasks, GPUs and cores per GPU for the site profile
-(:data:`ddp_tutorial.slurm.PROFILES`), the log folder (SLURM does not create it), ``MASTER_ADDR`` from the
+a misspelt directive, the training started by srun and the partition's written rules (the shape rules
+``fixed_sbatch`` applies too: :mod:`.job_shape`), then the exercise's own partition, nodes, tasks, GPUs and
+cores (:data:`ddp_tutorial.slurm.PROFILES`), the log folder (SLURM does not create it), ``MASTER_ADDR`` from the
 node list, a port from the job id (computed for a 7-digit job id, as a large site's are), ``SRUN_CPUS_PER_TASK``,
 ``--kill-on-bad-exit``, the c10d rendezvous (or one task per GPU), SIGUSR1 with its trap, torchrun told to
 pass it on, a ``wait`` that outlasts the trap, and a requeue that can fire. #SBATCH lines are read as sbatch
@@ -26,8 +27,9 @@ from pathlib import Path
 
 from ..i18n import t
 from .cluster import PLACEHOLDER, exercise_profile, read_directives
-from .shell import JOB_ID_NAMES, code_lines, port_for, walk
 from .core import Exercise, NotDone, WrongAnswer, fail
+from .job_shape import check_shape, read_shape, training_line
+from .shell import JOB_ID_NAMES, code_lines, port_for, walk
 
 NODES = 2
 
@@ -58,30 +60,6 @@ def _profile():
     return exercise_profile("job_script_partition")
 
 
-def _int(options, name, default=None):
-    value = options.get(name)
-    if value is None or value == "":
-        return default
-    match = re.fullmatch(r"(\d+)", value)
-    if not match:
-        fail("ex.ddp_job.number", option=name, value=value)
-    if int(match.group(1)) < 1:
-        fail("ex.ddp_job.zero", option=name, value=value)
-    return int(match.group(1))
-
-
-def _gpus(options):
-    if "gpus-per-node" in options:
-        return _int(options, "gpus-per-node")
-    gres = options.get("gres")
-    if not gres:
-        return None
-    match = re.fullmatch(r"gpu(?::[\w.-]+)?:(\d+)", gres)
-    if not match:
-        fail("ex.ddp_job.number", option="gres", value=gres)
-    return int(match.group(1))
-
-
 def _line_of(text, index):
     return text.count("\n", 0, index) + 1
 
@@ -108,12 +86,9 @@ def _check_text(text):
 
 
 def _launch(text):
-    """(line number, srun line that starts the training, whether it runs torchrun), continuations joined."""
-    lines = [(number, line.strip()) for number, line in code_lines(text)
-             if re.match(r"^\s*srun\b", line) and re.search(r"\bpython\S*\b|\btorchrun\b", line)]
-    if not lines:
-        fail("ex.ddp_job.no_srun")
-    number, line = lines[-1]
+    """(line number, srun line that starts the training, whether it runs torchrun), continuations joined: the
+    training line the shape rules find (:func:`~.job_shape.training_line`: under srun), with no ``exit`` before it."""
+    number, line = training_line(text)
     for command in walk(text):
         if command.line < number and command.words[0] == "exit" and command.depth == 0:
             fail("ex.ddp_job.exit_early", line=command.line, code=command.code.strip()[:60], srun=number)
@@ -121,35 +96,31 @@ def _launch(text):
 
 
 def _check_allocation(options, torchrun):
+    """The exercise's partition and its launch layout's tasks per node (one torchrun, or one task per GPU: a
+    wrong layout is named as such, not by the cores it multiplies), then the shape rules both job exercises
+    share (:func:`~.job_shape.check_shape`: the site table's rules), then the exercise's own numbers (2 nodes,
+    every GPU of a node)."""
     profile = _profile()
     partition = options.get("partition")
     if not partition:
         fail("ex.ddp_job.no_partition", want=profile.partition)
     if partition != profile.partition:
         fail("ex.ddp_job.partition", got=partition or "—", want=profile.partition)
-    nodes = _int(options, "nodes")
-    if nodes != NODES:
-        fail("ex.ddp_job.nodes", got=nodes if nodes is not None else "—", want=NODES)
-    gpus = _gpus(options)
-    if gpus is None:
-        fail("ex.ddp_job.no_gpus", want=profile.gpus_per_node)
-    if gpus != profile.gpus_per_node:
-        fail("ex.ddp_job.gpus", got=gpus, want=profile.gpus_per_node, partition=profile.partition)
-    per_node = _int(options, "ntasks-per-node")
+    shape = read_shape(options)
     want_tasks = 1 if torchrun else profile.gpus_per_node
-    if per_node != want_tasks:
+    if shape.tasks_per_node != want_tasks:
         fail("ex.ddp_job.tasks_torchrun" if torchrun else "ex.ddp_job.tasks_per_gpu",
-             got=per_node if per_node is not None else "—", want=want_tasks)
-    total = _int(options, "ntasks")
-    if total is not None and total != NODES * want_tasks:
-        fail("ex.ddp_job.ntasks", got=total, want=NODES * want_tasks)
-    cpus = _int(options, "cpus-per-task")
-    processes = profile.gpus_per_node if torchrun else 1
-    if cpus is None:
+             got=shape.tasks_per_node if shape.tasks_per_node is not None else "—", want=want_tasks)
+    check_shape(shape)
+    if options.get("nodes") is None or shape.nodes != NODES:
+        fail("ex.ddp_job.nodes", got=options.get("nodes") or "—", want=NODES)
+    if shape.gpus_per_node is None:
+        fail("ex.ddp_job.no_gpus", want=profile.gpus_per_node)
+    if shape.gpus_per_node != profile.gpus_per_node:
+        fail("ex.ddp_job.gpus", got=shape.gpus_per_node, want=profile.gpus_per_node, partition=profile.partition)
+    if shape.cpus_per_task is None:  # a site table without a cores-per-GPU rule: the exercise's own numbers
+        processes = profile.gpus_per_node if torchrun else 1
         fail("ex.ddp_job.no_cpus", want=profile.cpus_per_gpu * processes, per_gpu=profile.cpus_per_gpu)
-    if cpus > profile.cpus_per_gpu * processes:
-        fail("ex.ddp_job.cpus", got=cpus, want=profile.cpus_per_gpu * processes, per_gpu=profile.cpus_per_gpu,
-             node=profile.cpus_per_gpu * profile.gpus_per_node, partition=profile.partition)
     output = options.get("output")
     if not output:
         fail("ex.ddp_job.no_output")
@@ -237,7 +208,14 @@ def _check_torchrun_signals(text, line):
     fail("ex.ddp_job.signals", got=(given or _TORCHRUN_DEFAULT_SIGNALS).strip("\"'"), option=TORCHRUN_SIGNALS)
 
 
-_SEVENTY_FIVE = re.compile(r"(-eq|==?)\s*[\"']?75\b|\b75[\"']?\s*(-eq|==?)")
+_SEVENTY_FIVE = re.compile(r"(-eq|(?<![!<>=])==?)\s*[\"']?75\b|\b75[\"']?\s*(-eq|==?)")
+
+
+def _only_on_75(condition):
+    """Whether an if's condition (or a case branch's) holds only when a status is 75: an equality with 75, not
+    negated (``!``), with no ``||`` beside it."""
+    negated = re.search(r"(^|\s)!\s", condition)
+    return bool(_SEVENTY_FIVE.search(condition)) and "||" not in condition and not negated
 
 
 def _never(condition):
@@ -274,7 +252,7 @@ def _check_preemption(text, number, line, options, torchrun):
         same_line = re.search(r"([^;&|]*)&&\s*scontrol\s+requeue", requeue.code)
         guards = requeue.guards + ((same_line.group(1).strip(),) if same_line else ())
         never = [guard for guard in guards if _never(guard)]
-        only_75 = [guard for guard in guards if torchrun and _SEVENTY_FIVE.search(guard)]
+        only_75 = [guard for guard in guards if torchrun and _only_on_75(guard)]
         if not never and not only_75:
             return  # a requeue that can fire
         blocked.append(("ex.ddp_job.requeue_never", requeue.line, never[0]) if never else

@@ -58,28 +58,30 @@ def code_lines(text):
 
 
 def _commands(code):
-    """The simple commands of a code line, each as its words: split at unquoted ``;``, ``&``, ``&&``,
-    ``||`` and ``|`` (not ``2>&1``), the keywords that lead into a command (if, then, do, …) each on its own."""
-    pieces, start = [], 0
+    """The simple commands of a code line, each as (the operator before it, its words): split at unquoted ``;``,
+    ``&``, ``&&``, ``||`` and ``|`` (not ``2>&1``), the keywords that lead into a command (if, then, do, …) each
+    on its own (with no operator before the command they lead into)."""
+    pieces, start, operator = [], 0, ""
     for index in _unquoted(code):
         char = code[index]
         if index < start:   # the second character of && or ||
             continue
         if char in ";&|" and not (char == "&" and (index > 0 and code[index - 1] in "<>"
                                                    or code[index + 1:index + 2] == ">")):
-            pieces.append(code[start:index])
+            pieces.append((operator, code[start:index]))
             end = index
             while code[end + 1:end + 2] in ("&", "|") and code[end + 1:end + 2] != "":
                 end += 1
-            start = end + 1
-    pieces.append(code[start:])
+            operator, start = code[index:end + 1], end + 1
+    pieces.append((operator, code[start:]))
     commands = []
-    for piece in pieces:
+    for operator, piece in pieces:
         words = piece.split()
         while words and words[0] in _KEYWORDS:
-            commands.append([words.pop(0)])
+            commands.append((operator, [words.pop(0)]))
+            operator = ""
         if words:
-            commands.append(words)
+            commands.append((operator, words))
     return commands
 
 
@@ -89,34 +91,57 @@ class Command(NamedTuple):
     words: list        # the command's words
     depth: int         # how many blocks (if, loop, case, { … }) it is in
     loops: int         # how many of them are while/until/for loops
-    guards: tuple      # the conditions of the ifs it is in (not those of an else)
+    guards: tuple      # the conditions of the ifs and case branches it is in (not those of an else)
+
+
+_CASE_PATTERN = re.compile(r"^\(?([^()]*)\)$")  # a case branch's pattern: 75) or (75)
 
 
 def walk(text):
-    """Every simple command of the script, in order, with the loops and ifs around it."""
-    blocks, walked = [], []  # blocks: [kind, condition]; an if's condition is None until its first command
+    """Every simple command of the script, in order, with the loops, ifs and case branches around it. An if's
+    condition is its commands up to ``then``, joined with their operators (``[ … ] || [ … ]``); a case branch's
+    is ``SUBJECT == PATTERN``."""
+    # blocks: [kind, condition, complete]; an if's condition grows until its `then`
+    blocks, walked = [], []
     for number, code in code_lines(text):
-        for words in _commands(code):
+        for operator, words in _commands(code):
             first = words[0]
             if first in ("if", "while", "until", "for", "case") or first == "{" or words[-1] == "{":
-                blocks.append([first if first in ("if", "while", "until", "for", "case") else "{", None])
-                if first != "for" and first != "case":
+                kind = first if first in ("if", "while", "until", "for", "case") else "{"
+                blocks.append([kind, None, kind != "if"])
+                if kind == "case":  # case SUBJECT in [PATTERN) COMMAND]: the subject kept for every branch
+                    blocks[-1].append(words[1] if len(words) > 1 else "")
+                    words = words[3:] if len(words) > 2 and words[2] == "in" else []
+                    if not words:
+                        continue
+                    first = words[0]
+                elif first != "for":
                     continue
             if first in ("fi", "done", "esac", "}"):
                 if blocks:
                     blocks.pop()
                 continue
             if first in ("elif", "else") and blocks:
-                blocks[-1][1] = None if first == "elif" else ""
+                blocks[-1][1:3] = [None, False] if first == "elif" else ["", True]
                 continue
-            if blocks and blocks[-1][0] == "if" and blocks[-1][1] is None and first not in _KEYWORDS:
-                blocks[-1][1] = " ".join(words)
+            if first == "then" and blocks and blocks[-1][0] == "if":
+                blocks[-1][2] = True
                 continue
+            if blocks and blocks[-1][0] == "if" and not blocks[-1][2] and (first not in _KEYWORDS or first == "!"):
+                blocks[-1][1] = " ".join(filter(None, (blocks[-1][1], operator, *words)))
+                continue
+            if blocks and blocks[-1][0] == "case" and _CASE_PATTERN.match(first):
+                blocks[-1][1] = f"{blocks[-1][3]} == {_CASE_PATTERN.match(first).group(1)}"
+                words = words[1:]
+                if not words:
+                    continue
+                first = words[0]
             if first in _KEYWORDS or first in ("for", "case"):
                 continue
             walked.append(Command(number, code, words, depth=len(blocks),
-                                   loops=sum(kind in ("while", "until", "for") for kind, _ in blocks),
-                                   guards=tuple(cond for kind, cond in blocks if kind == "if" and cond)))
+                                  loops=sum(block[0] in ("while", "until", "for") for block in blocks),
+                                  guards=tuple(block[1] for block in blocks if block[0] in ("if", "case")
+                                               and block[1] and block[2])))
     return walked
 
 
