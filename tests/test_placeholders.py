@@ -8,6 +8,7 @@ the style sheet's table, and no English one a Turkish placeholder. The structure
 
 from __future__ import annotations
 
+import re
 import runpy
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def texts():
     tr, en = T["readme_halves"]()
     yield "README.md (Türkçe)", "tr", tr
     yield "README.md (English)", "en", en
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    yield "README.md (Atölye)", "tr", re.search(r"^\*\*Atölye:\*\*.*?(?=\n\n)", readme, re.S | re.M).group(0)
+    yield "README.md (Workshop)", "en", T["preamble"](readme)
     for source in sorted((ROOT / "notebooks" / "src").glob("*.cells")):
         for line, turkish, english in T["md_pairs"](source):
             yield f"notebooks/src/{source.name}:{line}", "tr", turkish
