@@ -22,7 +22,7 @@ import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from . import __version__, exits
-from .i18n import TutorialError, t
+from .i18n import TutorialError, metavar, t
 from .threads import prefer_passive_openmp
 
 from .argtext import ARGPARSE_WORDS, argparse_in_user_language  # noqa: F401 (re-exported)
@@ -94,9 +94,9 @@ def _add_check_script(sub) -> None:
     from .script_trial import RUN_SECONDS
     parser = sub.add_parser("check-script", help=t("cli.check_script"), description=t("cli.check_script"),
                             epilog=t("cli.check_script_exits"))
-    parser.add_argument("file", metavar="FILE", help=t("cli.check_script_file"))
+    parser.add_argument("file", metavar=metavar("FILE"), help=t("cli.check_script_file"))
     parser.add_argument("--run", action="store_true", help=t("cli.check_script_run"))
-    parser.add_argument("--script-args", default="", metavar="ARGS", help=t("cli.check_script_args"))
+    parser.add_argument("--script-args", default="", metavar=metavar("ARGS"), help=t("cli.check_script_args"))
     parser.add_argument("--run-seconds", type=_run_seconds, default=RUN_SECONDS, metavar="S",
                         help=t("cli.check_script_seconds", default=RUN_SECONDS))
     parser.set_defaults(func=_check_script)

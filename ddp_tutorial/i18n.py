@@ -216,6 +216,26 @@ def whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(t("cli.not_an_integer", value=text)) from None
 
 
+#: The placeholders of the options' help (their metavars) → the catalogue's keys: the Turkish help writes
+#: ``--script YOL`` beside the Turkish words that explain it (docs/style.tr.md, placeholders).
+METAVARS = {
+    "PATH": "cli.metavar.path",
+    "DIR": "cli.metavar.dir",
+    "FILE": "cli.metavar.file",
+    "SECONDS": "cli.metavar.seconds",
+    "NAME=VALUE": "cli.metavar.name_value",
+    "ARGS": "cli.metavar.args",
+    "MODULE": "cli.metavar.module",
+}
+
+
+def metavar(word: str) -> str:
+    """argparse ``metavar``: an option's placeholder in the user's language (``PATH`` → ``YOL`` under tr);
+    quotes around it stay."""
+    bare = word.strip('"')
+    return word.replace(bare, t(METAVARS[bare])) if bare in METAVARS else word
+
+
 BILINGUAL = re.compile(r"⟪([^⟪⟫‖]*)‖([^⟪⟫‖]*)⟫")
 """``⟪Türkçe‖English⟫`` in code (a comment, a docstring, a printed text): one text per language."""
 

@@ -64,7 +64,9 @@ class Line:
     fields: Dict[str, object] = field(default_factory=dict)
 
     def text(self, lang: Optional[str] = None) -> str:
-        return ("ok   " if self.ok else "!!   ") + t(self.key, lang, **self.fields)
+        """The line as printed: its mark (``ok``, Turkish *tamam*, or ``!!``) in a column, then the text."""
+        mark = t("site.mark_ok", lang) if self.ok else "!!"
+        return f"{mark:<4} " + t(self.key, lang, **self.fields)
 
 
 # ---- Python and torch

@@ -47,7 +47,7 @@ from typing import IO, Callable, Iterator, Optional, Tuple
 from . import atomic
 from .datasets import (FINGERPRINT, FIRST_LABELS, FOLDERS, FULL_COUNTS, MD5, NAMES,  # noqa: F401  (re-exported)
                        default_dataset, default_root)
-from .i18n import TutorialError, t
+from .i18n import Count, TutorialError, metavar, t
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
 IMAGE_HEADER, LABEL_HEADER = 16, 8  # bytes: four and two big-endian uint32
@@ -410,9 +410,9 @@ def prepare(dataset: str, root: Path, from_dir: Optional[Path] = None,
                     say("data.downloading")
                     _download(dataset, root)
                 train, test = check(dataset, root)
-                say("data.staged", train=train, test=test)
+                say("data.staged", train=Count(train), test=Count(test))  # 60.000 in Turkish
                 return root
-    say("data.already", train=counts[0], test=counts[1])
+    say("data.already", train=Count(counts[0]), test=Count(counts[1]))
     return root
 
 
@@ -427,7 +427,7 @@ def _cli_prepare(args: argparse.Namespace) -> int:
 
 def _cli_check(args: argparse.Namespace) -> int:
     n_train, n_test = check(args.dataset, args.root)
-    print(t("data.check_ok", dataset=args.dataset, root=args.root, train=n_train, test=n_test))
+    print(t("data.check_ok", dataset=args.dataset, root=args.root, train=Count(n_train), test=Count(n_test)))
     return 0
 
 
@@ -445,6 +445,6 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
         sub.add_argument("--dataset", choices=list(NAMES), default=default_dataset(), help=t("data.cli.dataset"))
         sub.add_argument("--root", type=Path, default=default_root(), help=t("data.cli.root"))
         if name == "prepare":
-            sub.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help=t("data.cli.from"))
+            sub.add_argument("--from", dest="from_dir", type=Path, metavar=metavar("DIR"), help=t("data.cli.from"))
         sub.set_defaults(func=func)
     return parser

@@ -138,7 +138,7 @@ except OSError:
 print(address, probe.getsockname()[1])
 PY
 ) || case $? in
-  3) say "!! bu düğümün adı ($(hostname)) bir adrese çözülmüyor: JupyterLab'a tünel de vekil de ulaşamaz; sistem yöneticinize sorun" \
+  3) say "!! bu düğümün adı ($(hostname)) bir adrese çözümlenmiyor: JupyterLab'a tünel de vekil de ulaşamaz; sistem yöneticinize sorun" \
          "!! this node's name ($(hostname)) resolves to no address: neither a tunnel nor a proxy could reach JupyterLab; ask your system administrators" >&2
      exit 2 ;;
   4) say "!! $port portu bu düğümde ($picked) dolu: başka bir program kullanıyor. DDP_TUTORIAL_LAB_PORT'u boş bırakın (boş bir port seçilir) ya da başka bir numara verin" \

@@ -86,7 +86,7 @@ def test_site_check_says_what_to_do_for_a_wrong_reservation_and_missing_data(slu
     assert bad[-1].startswith("!!   nosuch adlı bir rezervasyon yok: adı denetleyin (scontrol show reservation"), \
         bad[-1]
     assert "rezervasyonsuz SLURM'ün yanıtı" in bad[-1] and "Job " in bad[-1], bad[-1]
-    assert any(line.startswith("ok   bir hesaplama düğümü (n") for line in lines), done.stdout
+    assert any(line.startswith("tamam bir hesaplama düğümü (n") for line in lines), done.stdout
     assert lines[-1] == "8 denetimden 3 tanesi işlem istiyor (!! ile başlayan satırlar).", lines[-1]
     assert not slurm_cluster.queue()          # --test-only queued nothing
 
@@ -282,7 +282,7 @@ def test_the_probe_jobs_are_shaped_from_the_site_table_and_a_reservation_in_30_m
     assert closed.returncode == 1 and len(bad) == 1, closed.stdout + closed.stderr
     assert bad[0].startswith("!!   others rezervasyonu (") and "kullanıcılar nobody" in bad[0], bad[0]
     assert "root için açık değil: merkezden sınıfın kullanıcılarını ya da hesabını" in bad[0], bad[0]
-    assert "ok   bir hesaplama düğümü (n" in closed.stdout, closed.stdout   # the probe ran without it
+    assert "tamam bir hesaplama düğümü (n" in closed.stdout, closed.stdout   # the probe ran without it
 
 
 @pytest.mark.slurm

@@ -582,7 +582,8 @@ def test_one_interface_rule_for_gloo_and_nccl_overridable(template, tmp_path):
 def test_the_interface_rule_never_chooses_loopback(template, tmp_path):
     """Review N9: a first node whose name resolves to 127.* (a Debian-style /etc/hosts line, some
     containers; `localhost` here) must not make every rank bind lo — nothing is set, gloo/NCCL choose,
-    and a multi-node job says why on stderr, in one line in both languages (the code is the same in both)."""
+    and a multi-node job says why on stderr, in one line in the job's language (review N-20 of issue 49: it
+    printed the English, then the Turkish, in a Turkish job)."""
     for lang in ("en", "tr"):
         text = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2), lang=lang)
         for master in ("localhost", "127.0.0.1", "127.0.1.1"):
@@ -590,7 +591,8 @@ def test_the_interface_rule_never_chooses_loopback(template, tmp_path):
             assert _network_of(text, tmp_path, said, MASTER_ADDR=master, SLURM_JOB_NUM_NODES="2") == [
                 "GLOO=", "NCCL="], master
             assert len(said[0].splitlines()) == 1 and said[0].startswith(f"!! MASTER_ADDR={master}: "), said
-            assert "resolves to a loopback address" in said[0] and "geri döngü (loopback, 127.*)" in said[0]
+            english, turkish = "resolves to a loopback address" in said[0], "geri döngü (loopback, 127.*)" in said[0]
+            assert (english, turkish) == ((True, False) if lang == "en" else (False, True)), said[0]
             assert "DDP_TUTORIAL_IFNAME" in said[0]
             said = []   # one node: loopback is where everything is anyway; nothing to say
             assert _network_of(text, tmp_path, said, MASTER_ADDR=master, SLURM_JOB_NUM_NODES="1") == [

@@ -77,7 +77,7 @@ def train_ddp(env, root, limit, epochs, batch_size, lr, save="cnn_ddp.pt", num_w
 
     from cnn_single import SmallCNN, accuracy, dataset, load
 
-    # [1] ⟪aygıt kuralı: kendi GPU'su varsa → cuda:local_rank + nccl (tek GPU görünüyorsa: cuda:0);
+    # [1] ⟪cihaz kuralı: kendi GPU'su varsa → cuda:local_rank + nccl (tek GPU görünüyorsa: cuda:0);
     #     yoksa CPU + gloo‖the device rule: a GPU of its own → cuda:local_rank + nccl (one visible GPU: cuda:0);
     #     else CPU + gloo⟫
     if torch.cuda.is_available():

@@ -50,7 +50,7 @@ def _grade_mlp_parameters(fn):
 
 MLP_PARAMETERS_CODE = '''
 def mlp_parameters(num_layers, input_features, hidden, classes):
-    # ⟪girdi katmanının ağırlıkları + bias'ları‖weights + biases of the input layer⟫
+    # ⟪girdi katmanının ağırlıkları + sapmaları (bias)‖weights + biases of the input layer⟫
     first = input_features * hidden + hidden
     middle = (num_layers - 2) * (hidden * hidden + hidden)
     last = hidden * classes + classes

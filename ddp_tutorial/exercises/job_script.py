@@ -327,9 +327,9 @@ from pathlib import Path
 # without it the job dies with no log⟫
 Path("runs").mkdir(exist_ok=True)
 # ⟪#SBATCH: 2 düğüm × @GPUS@ GPU, düğüm başına bir torchrun,
-# GPU başına @PER_GPU@ çekirdek (@PARTITION@: @CORES@/@GPUS@);
+# GPU başına @PER_GPU@ CPU çekirdeği (@PARTITION@: @CORES@/@GPUS@);
 # USR1, süre dolmadan 300 s önce betiğe (B:) gelir.
-# Sonra: MASTER_ADDR düğüm listesinden, port iş numarasından, srun çekirdekleri bilsin,
+# Sonra: MASTER_ADDR düğüm listesinden, port iş numarasından, srun CPU çekirdeklerini bilsin,
 # bir rank ölünce iş bitsin (--kill-on-bad-exit), c10d buluşması; torchrun USR1'i işçilerine iletsin
 # (--signals-to-handle: torchrun 2.14 TORCHELASTIC_SIGNALS_TO_HANDLE değişkenini bu seçenekle ezer);
 # srun arka planda (&), tuzak (trap) USR1'i ona iletir, wait srun bitene dek bekler

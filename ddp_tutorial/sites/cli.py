@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..day_plan import ACCOUNT_KEYS
-from ..i18n import TutorialError, language, number, t, whole_number
+from ..i18n import TutorialError, language, metavar, number, t, whole_number
 from . import SITE_VARIABLE, Site, current, load, load_file, names
 from .derive import TIMEOUT_S
 
@@ -175,10 +175,10 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     plan.add_argument("--pairs", action="store_true", help=t("site_show.cli_pairs"))
     plan.set_defaults(func=_plan)
     derive = sub.add_parser("derive", help=t("site_derive.cli_help"), description=t("site_derive.cli_help"))
-    derive.add_argument("--output", metavar="FILE", help=t("site_derive.cli_output"))
+    derive.add_argument("--output", metavar=metavar("FILE"), help=t("site_derive.cli_output"))
     derive.add_argument("--name", help=t("site_derive.cli_name"))
     derive.add_argument("--force", action="store_true", help=t("site_derive.cli_force"))
-    derive.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+    derive.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar=metavar("SECONDS"),
                         help=t("site_derive.cli_timeout"))
     derive.set_defaults(func=_derive)
     return parser

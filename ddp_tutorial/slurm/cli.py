@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 
 from .. import atomic
 from ..config import add_job_arguments, job_options_of
-from ..i18n import TutorialError, decimal_number, t, whole_number
+from ..i18n import TutorialError, decimal_number, metavar, t, whole_number
 from .jobs import (JobInfo, cancel, job_info, log_dirs, own_script_outcome, read_log, read_result,
                    reservation_note, submit, test_only, wait)
 from .rules import PATH
@@ -252,7 +252,10 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
         flag = f.metadata.get("flag")
         if flag:
             help_text = t(f.metadata["help"], default=f.default) if f.metadata.get("help") else None
-            p.add_argument(flag, dest=f.name, default=None, help=help_text, **f.metadata["cli"])
+            cli = dict(f.metadata["cli"])
+            if "metavar" in cli:  # PATH, SECONDS, NAME=VALUE: YOL, SANİYE, AD=DEĞER in Turkish
+                cli["metavar"] = metavar(cli["metavar"])
+            p.add_argument(flag, dest=f.name, default=None, help=help_text, **cli)
     add_job_arguments(p)  # --dataset, --root, --epochs, … from config.py's table (job=True)
     p.add_argument("--script-convention", choices=["auto", "torchrun", "slurm", "per-node"], default="auto",
                    help=t("slurm.cli.script_convention"))

@@ -170,9 +170,7 @@ def network_lines(lang: str) -> List[str]:
         '    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$IFNAME}"',
         "fi",
         f'if [ -z "$IFNAME" ] && [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ] && {LOOPBACK_TEST}; then',
-        # both languages in one line: the shell code of a script is the same in every language
-        f'    echo "!! MASTER_ADDR=$MASTER_ADDR:" {q(t("slurm_script.network_loopback", "en"))} /'
-        f' {q(t("slurm_script.network_loopback", "tr"))} >&2',
+        f'    echo "!! MASTER_ADDR=$MASTER_ADDR: {t("slurm_script.network_loopback", lang)}" >&2',  # the job's language
         "fi",
         f'echo "{t("slurm_script.echo_network", lang)}"',  # the job's language
     ]

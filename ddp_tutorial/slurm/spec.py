@@ -216,7 +216,8 @@ class JobSpec(TrainingOptions):
     python: str = job_field("python", rule=Text(), flag="--python", help="slurm.cli.python")
     # module load …  (preceded by module purge)
     modules: Tuple[str, ...] = job_field((), rule=Each(Pattern(MODULE, "slurm.allowed.module"), "module"),
-                                         flag="--module", help="slurm.cli.module", cli=dict(action="append"))
+                                         flag="--module", help="slurm.cli.module",
+                                         cli=dict(action="append", metavar="MODULE"))
     conda: Optional[str] = job_field(None, rule=Text(), flag="--conda", help="slurm.cli.conda")  # …/miniconda3
     conda_env: Optional[str] = job_field(None, rule=Text(), flag="--conda-env", help="slurm.cli.conda_env")
     venv: Optional[str] = job_field(None, rule=Text(), flag="--venv", help="slurm.cli.venv")
