@@ -384,14 +384,17 @@ def _main(args, parser, argv) -> int:
     return _build(args, parser)
 
 
-def stale_pairs(only) -> set:
+def stale_pairs(only, execute: bool) -> set:
     """For ``--stale``: the (notebook, language) pairs whose stored outputs show an old message,
     each named on stdout with its first stale line; an empty set when there are none."""
-    stale = sibling("freshness").stale_notebooks(HERE, tuple(only))
+    freshness = sibling("freshness")
+    stale = freshness.stale_notebooks(HERE, tuple(only))
     for (stem, lang), lines in stale.items():
         print(f"stale: {lang}/{stem}.ipynb ({len(lines)} line(s); {lines[0][:100]})")
     if not stale:
         print("no stored output shows an old message: nothing to do")
+    elif not execute:
+        print(f"only rebuilt; to store new outputs re-execute them: {freshness.rerun_command(stale)}")
     return set(stale)
 
 
@@ -399,7 +402,7 @@ def _build(args, parser) -> int:
     sources = sorted(p for p in SOURCES.glob("*.cells") if not args.only or p.name.startswith(tuple(args.only)))
     if not sources:
         parser.error("no matching source in notebooks/src")
-    pairs = stale_pairs(args.only) if args.stale else None  # None: every notebook in every language
+    pairs = stale_pairs(args.only, args.execute) if args.stale else None  # None: every notebook in every language
     if pairs is not None:
         sources = [path for path in sources if any(stem == path.stem for stem, _ in pairs)]
         if not sources:

@@ -104,6 +104,7 @@ def test_a_changed_message_names_the_stale_notebook_and_only_it_is_re_executed(t
     assert build.main(["--stale"]) == 0  # names it; without --execute nothing is run
     said = capsys.readouterr().out
     assert "stale: tr/50_fresh.ipynb" in said and "51_other" not in said and "en/" not in said, said
+    assert "re-execute them: python notebooks/build.py --execute --stale" in said, said
 
     assert build.main(["--execute", "--stale"]) == 0
     said = capsys.readouterr().out
