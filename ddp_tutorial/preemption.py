@@ -1,10 +1,10 @@
 """Preemption and time limits: stop cleanly at a step boundary, checkpoint, come back.
 
 SLURM can warn a job before its time limit (``#SBATCH --signal=B:USR1@90``) or before
-preempting it. On SIGUSR1 this module sets a flag; the training loop asks
-:meth:`StopRequest.agreed` at step boundaries, all ranks agree through a tiny all-reduce
-(any rank's signal stops everyone at the *same* step), rank 0 writes a checkpoint, and
-every process exits with :data:`EXIT_REQUEUE`. The sbatch script sees that code and runs
+preempting it. On SIGUSR1 this module sets a flag (:attr:`StopRequest.requested`); train.py's
+stop vote reads it every few steps and all ranks agree through a tiny all-reduce (any rank's
+signal stops everyone at the *same* step), rank 0 writes a checkpoint, and every process exits
+with :data:`EXIT_REQUEUE`. The sbatch script sees that code and runs
 ``scontrol requeue $SLURM_JOB_ID``; the requeued job resumes from the checkpoint.
 """
 

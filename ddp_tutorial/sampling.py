@@ -1,4 +1,6 @@
-"""Step 5 of the story — the sampler: each rank trains on its own share of the data set.
+"""The sampler for notebook 02 and the exercises: each rank trains on its own share of the data set.
+``train.py`` writes the same ``DistributedSampler`` itself (step 5 of its story); this module shows
+a rank's share, epoch by epoch.
 
 ``torch.utils.data.DistributedSampler`` splits the indices 0 … N−1 among the
 ``world_size`` ranks: it shuffles them with a seed that every rank shares (plus the

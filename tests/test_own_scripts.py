@@ -393,10 +393,8 @@ def test_without_workdir_the_log_folder_exists_after_a_render_to_stdout(tmp_path
 
 def test_result_of_an_own_script_job_reads_the_exit_code_from_its_log(tmp_path, capsys):
     """``slurm result`` on a user-script job: the exit code the job script's last line reports (the real
-    line of the templates; the SLURM lab test below runs a real job)."""
-    from ddp_tutorial.slurm.render import template_text
-    for template in ("torchrun", "per-gpu"):
-        assert 'echo "{{finished}} finished with exit code $STATUS"' in template_text(template)
+    line of the templates, from the catalogue: tests/test_job_log.py renders it and runs it; the SLURM lab test
+    below runs a real job)."""
     (tmp_path / "slurm-41.out").write_text("job 41 on n[1-2]\nRESULT {}\nyour script finished with exit code 3\n")
     assert main(["slurm", "result", "41", "--run-dir", str(tmp_path)]) == 1
     captured = capsys.readouterr()

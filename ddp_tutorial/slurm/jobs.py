@@ -15,6 +15,7 @@ No torch import.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..i18n import TutorialError, t
+from ..i18n import LANGUAGES, TutorialError, t
 from .spec import SIGNAL, bad_value, job_id_of
 
 
@@ -50,7 +51,7 @@ def without_session(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 def run_command(args: Sequence[str], env: Optional[Mapping[str, str]] = None, timeout: float = 60,
-         check: bool = True) -> subprocess.CompletedProcess:
+                check: bool = True) -> subprocess.CompletedProcess:
     """Run a SLURM client command; a missing command or a failure becomes a clear error. ``sbatch``,
     ``srun`` and ``salloc`` run without the session job's own variables (:func:`without_session`)."""
     environ = dict(os.environ if env is None else env)
@@ -110,6 +111,10 @@ FORGOTTEN_AFTER_S = 30.0  # wait(): how long the controller may say "no such job
 NO_ANSWER = re.compile(r"Unable to contact slurm controller|Socket timed out|connect failure|Connection refused"
                        r"|Connection timed out|Connection reset|Zero Bytes were transmitted|Transport endpoint",
                        re.IGNORECASE)
+#: The states a job does not leave. PREEMPTED is one: slurmctld shows a preempted job that it requeues as
+#: COMPLETING, then PENDING (wait() follows it to its end), and PREEMPTED only for one that stays preempted
+#: (``--no-requeue``, or ``PreemptMode=CANCEL``) — recorded on a preempting lab, tests/test_slurm_preemption.py.
+#: (submitit, which reads sacct's records of each run, counts PREEMPTED as not done; job_info reads the controller.)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 
@@ -349,9 +354,16 @@ def read_result(job_id, run_dir: Optional[str] = None, env: Optional[Mapping[str
         raise TutorialError("slurm.bad_result", path=str(path), detail=str(error)) from None
 
 
-#: The line the per-gpu and torchrun templates end a user-script job's log with (render.py: "finished"),
-#: in the language the job was rendered in (slurm_script.echo_finished_own).
-_OWN_FINISHED = re.compile(r"^(?:your script finished with exit code|betiğiniz bitti, çıkış kodu) (\d+)\s*$", re.M)
+@functools.lru_cache(maxsize=None)
+def finished_lines() -> re.Pattern:
+    """The line the per-gpu and torchrun templates end a user-script job's log with, in every language (a job
+    writes it in the language it was rendered in): read from the message the template echoes
+    (``slurm_script.echo_finished_own``, render.py's "finished"), its ``{code}`` the script's exit code."""
+    lines = []
+    for lang in LANGUAGES:
+        before, after = t("slurm_script.echo_finished_own", lang, code="\0").split("\0")
+        lines.append(re.escape(before) + r"(\d+)" + re.escape(after))
+    return re.compile(r"^(?:" + "|".join(lines) + r")\s*$", re.M)
 
 
 OWN_FINISHED_WINDOW = 1 << 16  # the end of a log read for that line: it is the last thing the job script writes
@@ -374,8 +386,8 @@ def _log_end(path: Path, size: int = OWN_FINISHED_WINDOW) -> str:
 def own_script_outcome(job_id, run_dir: Optional[str] = None,
                        env: Optional[Mapping[str, str]] = None) -> Optional[dict]:
     """What can be said of a job that ran the user's own script (``slurm render --script``), which writes no
-    result file of the package: its exit code from the log's last "your script finished with exit code N"
-    line, else from SLURM (``scontrol``/``sacct``) once it has finished. None when the job ran the package's
+    result file of the package: its exit code from the line the job ends its log with (:func:`finished_lines`),
+    else from SLURM (``scontrol``/``sacct``) once it has finished. None when the job ran the package's
     training (or cannot be told apart): then there is simply no result yet."""
     job_id = job_id_of(job_id)
     try:
@@ -385,9 +397,9 @@ def own_script_outcome(job_id, run_dir: Optional[str] = None,
     path = _where(job_id, info if run_dir is None else None, run_dir)
     text = _log_end(path)
     state = info.state if info is not None else "UNKNOWN"
-    found = _OWN_FINISHED.findall(text)
+    found = [int(m.group(m.lastindex)) for m in finished_lines().finditer(text)]  # one group per language
     if found:
-        return {"job_id": job_id, "own_script": True, "exit_code": int(found[-1]), "source": "log",
+        return {"job_id": job_id, "own_script": True, "exit_code": found[-1], "source": "log",
                 "log": str(path), "state": state}
     command = (info.fields.get("Command") if info is not None else None) or ""
     try:

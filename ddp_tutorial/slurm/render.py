@@ -272,14 +272,15 @@ PROGRAMS = {
 # What the job says about the run's files, the stop signal and a requeue: the package's training
 # writes RUN_DIR/result-ID.json and checkpoints, and resumes; your own script does what it does
 # (slurm/README.md shows the pattern that makes it checkpoint, exit 75 and resume).
-# The echo texts are in the job's language (slurm_script.echo_*), like its comments.
+# The echo texts are in the job's language (slurm_script.echo_*), like its comments; "finished" is the log's
+# last line, which `slurm result` reads back from the same message (jobs.py: finished_lines).
 def _run_notes(own: bool, lang: str) -> Dict[str, str]:
     if own:
         return {
             "runfiles": "\n".join(_comment("slurm_script.own_files", lang)),
             "stopnote": "\n".join(_comment("slurm_script.stop_own", lang)),
             "stopecho": t("slurm_script.echo_stop_own", lang),
-            "finished": t("slurm_script.echo_finished_own", lang),
+            "finished": t("slurm_script.echo_finished_own", lang, code="$STATUS"),
             "exitnote": "\n".join(_comment("slurm_script.exit_own", lang)),
             "requeueecho": t("slurm_script.echo_requeue_own", lang),
         }
@@ -293,7 +294,7 @@ def _run_notes(own: bool, lang: str) -> Dict[str, str]:
             "fi"]),
         "stopnote": "\n".join(_comment("slurm_script.stop_training", lang)),
         "stopecho": t("slurm_script.echo_stop_training", lang),
-        "finished": t("slurm_script.echo_finished_training", lang),
+        "finished": t("slurm_script.echo_finished_training", lang, code="$STATUS"),
         "exitnote": "\n".join(_comment("slurm_script.exit_training", lang)),
         "requeueecho": t("slurm_script.echo_requeue_training", lang),
     }
@@ -306,10 +307,10 @@ def render(spec: JobSpec, lang: str | None = None) -> str:
     lang = lang or language()
     gaps = {"sbatch": "\n".join(_sbatch_lines(spec, lang)), "settings": "\n".join(_settings_lines(spec, lang)),
             "setup": "\n".join(_setup_lines(spec, lang)), "network": "\n".join(network_lines(lang)),
-            "check": "\n".join(check_lines(spec, lang))}
+            "check": "\n".join(check_lines(spec, lang)),
+            **_run_notes(spec.script is not None, lang)}  # the seed uses only "finished", its log's last line
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
-        gaps.update(_run_notes(spec.script is not None, lang))
     return fill(template_text(spec.template, lang), gaps)
 
 
