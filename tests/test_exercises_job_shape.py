@@ -119,3 +119,30 @@ def test_a_wrong_launch_layout_is_named_before_the_cores_it_multiplies(job_folde
     from ddp_tutorial.exercises.job_script import solution_text
     job = _edited(solution_text(), [("--ntasks-per-node=1", "--ntasks-per-node=4")])
     assert ex.ddp_job.evaluate(job).key == "ex.ddp_job.tasks_torchrun"
+
+
+@pytest.mark.slurm
+def test_what_both_checks_refuse_for_a_site_rule_the_truba_lab_refuses_too(truba_lab, tmp_path, monkeypatch):
+    """The rules are the site's, not the checks' own: on the lab that enforces TRUBA's written rules (its
+    job_submit.lua, nodes akya1–akya4 of akya-cuda), sbatch --test-only accepts both solutions and refuses every
+    job that both checks refuse for a rule of the site table. Nothing is queued."""
+    from ddp_tutorial.exercises.job_script import solution_text
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    bases = (("fixed_sbatch", _edited(_fixed_sbatch_on_akya(), [("#SBATCH --account=my-account #your_user_account\n",
+                                                                 "")])),
+             ("ddp_job", solution_text()))
+
+    def test_only(text, name):
+        path = tmp_path / f"{name}.sbatch"
+        path.write_text(text)
+        return truba_lab.run(["sbatch", "--test-only", str(path)], check=False, cwd=tmp_path)
+
+    for name, base in bases:
+        said = test_only(base, name)
+        assert said.returncode == 0, (name, said.stdout + said.stderr)
+    for rule in ("gpus_per_node", "cores_per_node", "cores_per_gpu", "no_cpus", "gpu_only", "nodes", "max_time"):
+        for index, (name, base) in enumerate(bases):
+            said = test_only(_edited(base, RULES[rule][index]), f"{name}-{rule}")
+            assert said.returncode != 0, (rule, name, said.stdout + said.stderr)
+    assert truba_lab.queue() == []
