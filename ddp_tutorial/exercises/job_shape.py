@@ -148,5 +148,5 @@ def training_line(text) -> Tuple[int, str]:
         fail("ex.job_shape.no_training")
     command, under_srun = found
     if not under_srun:
-        fail("ex.job_shape.no_srun", line=command.line, code=command.code.strip()[:80])
+        fail("ex.job_shape.no_srun", line=command.line, code=" ".join(command.code.split())[:80])
     return command.line, command.code.strip()
