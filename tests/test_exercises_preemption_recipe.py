@@ -138,3 +138,16 @@ def test_the_refused_recipe_does_not_reach_the_workers(job_folder):
     code, output = _run(_on_one_node(job), job_folder, seconds_after_signal=20)
     assert code == 138, (code, output)    # torchrun killed by SIGUSR1 (128 + 10)
     assert "got SIGUSR1" not in output, output
+
+
+def test_05_says_how_torchrun_treats_sigusr1_with_the_option_these_runs_use():
+    """05's paragraph "torchrun and SIGUSR1" (both languages) names the option the two runs above show working
+    and missing (exit 138), and the exit code 1 torchrun gives after passing the signal on."""
+    source = (Path(__file__).resolve().parents[1] / "notebooks" / "src" / "05_cluster_slurm.cells").read_text()
+    paragraphs = [line for line in source.splitlines() if line.startswith(("**torchrun ve SIGUSR1.**",
+                                                                            "**torchrun and SIGUSR1.**"))]
+    assert len(paragraphs) == 2, paragraphs
+    for paragraph in paragraphs:
+        assert f"`torchrun --signals-to-handle={TORCHRUN_SIGNALS} …`" in paragraph, paragraph
+        assert "138" in paragraph and "TORCHELASTIC_SIGNALS_TO_HANDLE" in paragraph, paragraph
+        assert " 1 " in paragraph or "code 1" in paragraph, paragraph
