@@ -353,7 +353,7 @@ def _download(dataset: str, root: Path) -> None:
             lines = [line.strip() for line in str(error).splitlines() if line.strip()]
             raise TutorialError("data.offline", dataset=dataset, reason=lines[-1] if lines else error,
                                 files=", ".join(ALL_FILES),
-                                command=prepare_command(dataset, root, "DIR")) from None
+                                command=f"{prepare_command(dataset, root)} --from {metavar('DIR')}") from None
         _import(dataset, root, raw_folder(dataset, scratch))
     finally:
         socket.setdefaulttimeout(previous)

@@ -333,7 +333,7 @@ def test_offline_download_fails_fast_and_clearly(tmp_path, monkeypatch):
 
     monkeypatch.setenv("DDP_TUTORIAL_LANG", "tr")
     turkish = str(error_of(data.prepare, "mnist", root))
-    assert "giriş düğümünde" in turkish and f"--root {root} --from DIR" in turkish
+    assert "giriş düğümünde" in turkish and f"--root {root} --from DİZİN" in turkish  # the Turkish placeholder
 
 
 def test_defaults(monkeypatch, tmp_path):
