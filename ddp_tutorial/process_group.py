@@ -1,12 +1,8 @@
 """Step 4 of the story — the process group: torch's own calls, with clear errors and no endless wait.
 
-:mod:`ddp_tutorial.train` calls torch itself, as any DDP script does::
-
-    with rendezvous_errors(env, timeout):
-        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank,
-                                world_size=env.world_size, timeout=timedelta(seconds=timeout))
-
-This module holds only what surrounds those calls:
+:mod:`ddp_tutorial.train` calls torch itself (``dist.init_process_group`` inside
+:func:`rendezvous_errors`), as any DDP script does; so does the notebooks' ``ipp.run`` on the engines
+(:func:`ddp_tutorial.ipp.remote.join`). This module holds only what surrounds those calls:
 
 * :func:`rendezvous_errors` turns torch's errors into one line that says what to do (the port is
   taken; nobody answered within the timeout; NCCL could not set itself up — with NCCL's own "Last
@@ -28,7 +24,6 @@ import os
 import socket
 import sys
 import threading
-from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -125,14 +120,6 @@ def nccl_reason(text: str) -> str:
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0][:300] if lines else text[:300]
-
-
-def join(env: DistEnv, backend: str, timeout_seconds: float, device=None) -> None:
-    """``dist.init_process_group`` as step 4 of :mod:`ddp_tutorial.train` calls it, for code that runs
-    a user's function in a process group (the notebooks' exercises on engines)."""
-    with rendezvous_errors(env, timeout_seconds):
-        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=timeout_seconds), device_id=device)
 
 
 def abort_process_group() -> None:

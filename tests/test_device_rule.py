@@ -133,7 +133,7 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 NCCL_ATTEMPT = """
 import os, torch
-from ddp_tutorial.process_group import join
+from ddp_tutorial.ipp.remote import join
 from ddp_tutorial.whoami import resolve_environment
 from ddp_tutorial.i18n import TutorialError
 env = resolve_environment(environ={})
@@ -160,7 +160,7 @@ def test_nccl_keeps_torchs_async_error_handling_and_says_a_setup_error_is_nccls(
 NCCL_WORLD_ONE = """
 import torch, torch.distributed as dist
 from datetime import timedelta
-from ddp_tutorial.process_group import join
+from ddp_tutorial.ipp.remote import join
 from ddp_tutorial.whoami import resolve_environment
 from ddp_tutorial.device_rule import choose_device, choose_backend
 env = resolve_environment(environ={})

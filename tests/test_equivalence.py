@@ -9,7 +9,7 @@ equal those of one process that saw the N·B samples as one batch. Real processe
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ddp_tutorial.process_group import join
+from ddp_tutorial.ipp.remote import join
 from ddp_tutorial.whoami import find_free_port, resolve_environment
 from ddp_tutorial.model import DeepNeuralNetwork
 from ddp_tutorial.sampling import epoch_indices, make_sampler

@@ -354,6 +354,20 @@ def _group_made_twice(error: BaseException) -> bool:
     return isinstance(error, (ValueError, RuntimeError)) and "default process group twice" in str(error)
 
 
+def join(env, backend: str, timeout_seconds: float, device=None) -> None:
+    """The process group of a notebook function's ranks (:func:`run_on_engine`): ``dist.init_process_group``
+    with the story's clear errors and bounded wait (:func:`ddp_tutorial.process_group.rendezvous_errors`), as
+    train.py makes its own on its page."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ..process_group import rendezvous_errors
+    with rendezvous_errors(env, timeout_seconds):
+        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=timeout_seconds), device_id=device)
+
+
 def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float, place: Place,
                   group: bool = True, argv: Optional[List[str]] = None, slurm_names: bool = False):
     """One rank of :func:`ddp_tutorial.ipp.run`. ``group=True`` (the notebooks' functions): the process
@@ -369,7 +383,6 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
         if not group:
             return function(*args, **kwargs)
         from ..device_rule import choose_device
-        from ..process_group import join
         join(env, backend, pg_timeout, choose_device("cuda", env) if backend == "nccl" else None)
         joined(place.rank)
         try:
