@@ -308,7 +308,7 @@ def render(spec: JobSpec, lang: str | None = None) -> str:
     gaps = {"sbatch": "\n".join(_sbatch_lines(spec, lang)), "settings": "\n".join(_settings_lines(spec, lang)),
             "setup": "\n".join(_setup_lines(spec, lang)), "network": "\n".join(network_lines(lang)),
             "check": "\n".join(check_lines(spec, lang)),
-            **_run_notes(spec.script is not None, lang)}  # the seed uses only "finished", its log's last line
+            **_run_notes(spec.script is not None, lang)}  # the seed takes only its echo lines
     if spec.template in ("per-gpu", "torchrun"):
         gaps["program"] = PROGRAMS[(spec.template, spec.script is not None)]
     return fill(template_text(spec.template, lang), gaps)
