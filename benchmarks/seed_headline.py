@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from ddp_tutorial.datasets import default_root
-from ddp_tutorial.i18n import TutorialError, number, t
+from ddp_tutorial.i18n import TutorialError, localise_axes, number, t
 from ddp_tutorial.whoami import find_free_port
 
 from .common import load_average, machine, write_json
@@ -195,7 +195,7 @@ def figure(report: dict):
         if epoch == 0:
             ax.set_title(t("bench.headline.loss_title"), fontsize=10)
     axes[f"e{epochs - 1}"].set_xlabel(t("bench.headline.rank_axis"))
-    return fig
+    return localise_axes(fig)  # 96,5 and 60.000 on a Turkish figure
 
 
 def parse(argv=None) -> argparse.Namespace:

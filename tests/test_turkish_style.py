@@ -67,7 +67,23 @@ def word_pattern(word: str) -> str:
 
 
 def phrase_pattern(phrase: str) -> re.Pattern:
-    return bounded([word_pattern(w) for w in phrase.split()])
+    """An item of the sheet in any inflection; a compound's last word without its possessive (*not defteri* →
+    *not defterleri*)."""
+    words = fold(phrase).split()
+    if len(words) > 1:
+        words[-1] = compound_stem(words[-1])
+    return bounded([word_pattern(w) for w in words])
+
+
+def compound_stem(word: str) -> str:
+    """A compound's last word without its possessive: *çekirdeği* → *çekirdek*, *numarası* → *numara*."""
+    if "'" in word:  # the suffix is written out: JupyterLab'ı is not JupyterLab'i
+        return word
+    if len(word) > 5 and word[-2:] in ("sı", "si", "su", "sü"):
+        word = word[:-2]
+    elif len(word) > 3 and word[-1] in "ıiuü":
+        word = word[:-1]
+    return word[:-1] + "k" if word.endswith("ğ") else word
 
 
 def bounded(words: list) -> re.Pattern:
@@ -79,14 +95,7 @@ def term_pattern(term: str) -> re.Pattern:
     """A term of the Türkçe column in any inflection: its last word without the compound's possessive
     (*CPU çekirdeği* → *CPU çekirdek…*: *CPU çekirdekleri, CPU çekirdekli* are the same term)."""
     words = fold(term).split()
-    last = words[-1]
-    if "'" in last:  # the suffix is written out: JupyterLab'ı is not JupyterLab'i
-        pass
-    elif len(last) > 5 and last[-2:] in ("sı", "si", "su", "sü"):
-        last = last[:-2]
-    elif len(last) > 3 and last[-1] in "ıiuü":
-        last = last[:-1]
-    words[-1] = last[:-1] + "k" if last.endswith("ğ") else last
+    words[-1] = compound_stem(words[-1])
     return bounded([word_pattern(w) for w in words])
 
 
@@ -261,7 +270,7 @@ def test_a_row_added_to_the_sheet_is_checked(tmp_path):
     "40 çekirdekli bir düğüm", "bu toplu iş betiğine", "Jupyter'in kapsayıcı uygulaması", "ya da kapta",
     "Open OnDemand'ın kabı", "düz bir `sbatch`", "Aygıt, paketin kuralıyla seçilir", "yaklaşık 3 sn sonra",
     "SLURM_PROCID düğümün numarasıdır", "Çekirdeğin bekçisi", "Modeli DDP ile sardınız", "DDP ile sarmak",
-    "JupyterLab'i açın", "karma hassasiyet", "MASTER_ADDR: ayrılan düğümlerin ilki",
+    "JupyterLab'i açın", "karma hassasiyet", "MASTER_ADDR: ayrılan düğümlerin ilki", "not\ndefterleri",
 ])
 def test_a_forbidden_term_is_found(text):
     assert list(Sheet.read().breaches("x", text)), text
