@@ -146,3 +146,36 @@ def test_what_both_checks_refuse_for_a_site_rule_the_truba_lab_refuses_too(truba
             said = test_only(_edited(base, RULES[rule][index]), f"{name}-{rule}")
             assert said.returncode != 0, (rule, name, said.stdout + said.stderr)
     assert truba_lab.queue() == []
+
+
+SITE_WITHOUT_GPU_RULES = """
+[site]
+name = "loose"
+title = "A cluster whose table states no GPU-only rule"
+
+[partitions.gpu-y]
+nodes = 8
+cores_per_node = 40
+gpus_per_node = 4
+cores_per_gpu = 1
+max_time = "1-00:00:00"
+
+[exercises]
+job_script_partition = "gpu-y"
+"""
+
+
+def test_where_the_site_states_no_gpu_only_rule_ddp_job_still_asks_for_the_gpus(job_folder, monkeypatch, lang):
+    """The shape rules are the session's table: where it has no GPU-only rule, a job without GPUs breaks none of
+    them, and ddp_job names what its own exercise asks (every GPU of a node); the table's own cores per GPU (1)
+    still hold: one torchrun task with 1 core for 4 GPUs breaks them."""
+    from ddp_tutorial.exercises.job_script import solution_text
+    table = job_folder / "loose.toml"
+    table.write_text(SITE_WITHOUT_GPU_RULES)
+    monkeypatch.setenv("DDP_TUTORIAL_SITE", str(table))
+    job = solution_text().replace("akya-cuda", "gpu-y")
+    assert ex.ddp_job.evaluate(job).status == CORRECT
+    outcome = ex.ddp_job.evaluate(_edited(job, [("#SBATCH --gres=gpu:4\n", "")]))
+    assert outcome.key == "ex.ddp_job.no_gpus", outcome.text
+    outcome = ex.ddp_job.evaluate(_edited(job, [("#SBATCH --cpus-per-task=40\n", "")]))  # 1 core, 4 GPUs
+    assert outcome.key == "ex.job_shape.no_cpus" and "#SBATCH --cpus-per-task=4" in outcome.text, outcome.text
