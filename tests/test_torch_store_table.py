@@ -39,6 +39,11 @@ def one_rank(name):
     listening = sorted({{c.laddr.ip for c in psutil.net_connections("tcp")
                          if c.status == "LISTEN" and c.laddr.port == port and c.pid == os.getpid()}})
     print(name, "GROUP", int(one.item()), "LISTENING", *listening, flush=True)
+    from ddp_tutorial.ipp import joined
+    print(name, "GROUP-STORE", type(joined.group_store()).__name__, flush=True)
+    joined.joined(0)
+    joined.every_rank_joined(1, 10)      # rank 0's key, set and seen through the group's store
+    print(name, "JOINED", flush=True)
     dist.destroy_process_group()
 
 one_rank("TORCH")
@@ -80,6 +85,16 @@ def test_init_process_group_reuses_the_server_rank_0s_engine_holds(rounds):
     assert seen["GROUP"][0] == "1" and seen["GROUP"][2:] == ["127.0.0.1"], why + (
         f"the group's store did not come back as the held server (listening on {seen['GROUP'][2:]}, held "
         "on 127.0.0.1 only): init_process_group made a server of its own")
+
+
+def test_the_groups_store_is_reachable_for_the_joined_keys(rounds):
+    """``ipp.joined.group_store``: the other private name of torch the notebook path uses (a notebook
+    function's ranks wait there until every rank has joined the group, issue 44)."""
+    seen = rounds["TORCH"]
+    assert seen["GROUP-STORE"] != ["NoneType"] and "JOINED" in seen, (
+        f"torch {torch.__version__} no longer has distributed_c10d._get_default_store(): a notebook "
+        "function's ranks no longer wait for each other before they close the group (ipp/joined.py; the "
+        "'Connection closed by peer' of issue 44 can come back under load)")
 
 
 def test_with_a_torch_that_shares_no_server_the_port_is_reserved_and_the_group_takes_it(rounds):

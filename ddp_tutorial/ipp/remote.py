@@ -383,6 +383,7 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
         if not group:
             return function(*args, **kwargs)
         from ..device_rule import choose_device
+        from .joined import every_rank_joined, joined
         join(env, backend, pg_timeout, choose_device("cuda", env) if backend == "nccl" else None)
         joined(place.rank)
         try:
@@ -393,33 +394,6 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
             raise
         every_rank_joined(place.world_size, pg_timeout)
         return result
-
-
-JOINED_KEY = "ddp_tutorial/joined/"
-
-
-def joined(rank: int) -> None:
-    """Say in the group's store that ``rank`` is in the group (its ``init_process_group`` has returned)."""
-    import torch.distributed as dist
-    dist.distributed_c10d._get_default_store().set(f"{JOINED_KEY}{rank}", "1")
-
-
-def every_rank_joined(world_size: int, timeout_seconds: float) -> None:
-    """Before this rank closes the group it made: wait until every rank is in it.
-
-    ``init_process_group`` can return on one rank while a peer is still inside its own (gloo's last
-    connection of the peer's side is read after ours is made). A function that needs no collective
-    (03's ``who_am_i``) then ends here at once, the group is closed under that peer, and the peer fails
-    with "Connection closed by peer": a lost contact with no cause, seen on a loaded machine (issue 44).
-    Not a barrier: a rank that has joined and later leaves a collective unmatched still ends its peers'
-    waits at once. The group's store is new with every call (rank 0's), so no key is left from another."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    if not dist.is_initialized():  # the function closed the group itself
-        return
-    keys = [f"{JOINED_KEY}{rank}" for rank in range(world_size)]
-    dist.distributed_c10d._get_default_store().wait(keys, timedelta(seconds=timeout_seconds))
 
 
 def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: bool):
