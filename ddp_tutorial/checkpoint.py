@@ -23,21 +23,24 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
 from . import atomic
+from .config import CHECKPOINT_NAME, KEPT_ALWAYS, KEPT_MID_EPOCH
 from .i18n import TutorialError, t
+from .validate import option_name
 
-
-CHECKPOINT_NAME = "checkpoint.pt"
 LOCK_NAME = ".ddp-tutorial.lock"   # held (flock) by rank 0 of the run that uses the directory
 FORMAT_VERSION = 1
 
@@ -233,8 +236,22 @@ class _Recording:
         return getattr(self.handle, name)
 
 
+@contextlib.contextmanager
+def signals_held(signums=(signal.SIGTERM, signal.SIGINT)):
+    """Hold SIGTERM/SIGINT for the duration (main thread): they are delivered when the block ends."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
+
+
 def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path:
-    """Write ``state`` atomically to ``directory/checkpoint.pt`` (:mod:`ddp_tutorial.atomic`)."""
+    """Write ``state`` atomically to ``directory/checkpoint.pt`` (:mod:`ddp_tutorial.atomic`); a launcher's
+    SIGTERM (Ctrl-C) waits until the checkpoint is whole."""
     target = checkpoint_path(directory)
     state = dict(state, format_version=FORMAT_VERSION)
     seen: list = []
@@ -246,7 +263,8 @@ def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path
     # A directory that vanished or a full disk in the middle of training (scratch purged, quota) is
     # the user's to fix: say so clearly.
     try:
-        return atomic.write_with(target, writer, prefix=".checkpoint-")
+        with signals_held():
+            return atomic.write_with(target, writer, prefix=".checkpoint-")
     except (OSError, RuntimeError) as error:
         why = getattr(error, "strerror", None) or str(error).strip().splitlines()[-1][:200]
         cause = seen[0].error if seen and seen[0].error is not None else error
@@ -255,19 +273,42 @@ def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path
         raise TutorialError("ckpt.unwritable", path=str(target.parent), why=why) from None
 
 
+@dataclass
+class Position:
+    """Where training starts: epoch, step inside it, this rank's loss sum / steps so far in that epoch,
+    and what a resumed run brings along (the epochs' losses, every rank's, where it resumed from)."""
+    epoch: int = 0
+    step: int = 0
+    loss_sum: float = 0.0
+    steps: int = 0
+    epochs: List[float] = field(default_factory=list)
+    rank_losses: List[List[float]] = field(default_factory=list)
+    resumed_from: Optional[dict] = None
+
+
 REQUIRED_KEYS = ("format_version", "model", "optimizer", "epoch", "step", "shape", "world_size", "batch_size")
 
 
+# A checkpoint records the options a resumed run must keep (config.py's table, ``keep=``) under their own
+# names, but one: "optimizer" holds the optimizer's state, so the optimizer's kind is "optimizer_kind".
+STORED_AS = {"optimizer": "optimizer_kind"}
+
+
+def kept_options(config) -> Dict[str, Any]:
+    """What a checkpoint of a run with ``config`` records of its options, under the checkpoint's keys."""
+    return {STORED_AS.get(name, name): getattr(config, name) for name in KEPT_ALWAYS + KEPT_MID_EPOCH}
+
+
 # Settings that decide the data order or the optimisation: a resumed run must keep them, or it
-# would silently be another run. (The learning rate may change: resume.py applies it and says so.)
-SAME_ALWAYS = {"seed": "--seed", "dataset": "--dataset", "train_subset": "--train-subset",
-               "optimizer_kind": "--optimizer"}
+# would silently be another run (the checkpoint's key → the option that sets it). (The learning rate
+# may change: resume.py applies it and says so.)
+SAME_ALWAYS = {STORED_AS.get(name, name): option_name(name) for name in KEPT_ALWAYS}
 # What a checkpoint written before a setting was recorded means by its absence: every checkpoint older
 # than `--optimizer` (format_version 1 all the same) was made with Adam (O02: resumed with --optimizer sgd,
 # it was accepted and failed at the first step with KeyError: 'momentum').
-BEFORE_RECORDED = {"optimizer_kind": "adam"}
+BEFORE_RECORDED = {STORED_AS["optimizer"]: "adam"}
 # These split an epoch among the ranks: they must match only when the checkpoint is mid-epoch.
-SAME_MID_EPOCH = ("world_size", "batch_size")
+SAME_MID_EPOCH = ("world_size",) + tuple(STORED_AS.get(name, name) for name in KEPT_MID_EPOCH)
 
 
 def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -298,16 +339,16 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     if list(state["shape"]) != list(expect["shape"]):
         raise TutorialError("ckpt.mismatch", path=str(path), field=t("ckpt_guard.model_shape"),
                             saved=list(state["shape"]), current=list(expect["shape"]))
-    for field, option in SAME_ALWAYS.items():
-        saved = state.get(field, BEFORE_RECORDED.get(field, _UNRECORDED))
-        if saved is not _UNRECORDED and field in expect and saved != expect[field]:
-            raise TutorialError("ckpt.changed", path=str(path), field=field, saved=saved,
-                                current=expect[field], option=option or t("ckpt_guard.the_optimizer"))
+    for key, option in SAME_ALWAYS.items():
+        saved = state.get(key, BEFORE_RECORDED.get(key, _UNRECORDED))
+        if saved is not _UNRECORDED and key in expect and saved != expect[key]:
+            raise TutorialError("ckpt.changed", path=str(path), field=key, saved=saved,
+                                current=expect[key], option=option or t("ckpt_guard.the_optimizer"))
     if state["step"] > 0:
-        for field in SAME_MID_EPOCH:
-            if state[field] != expect[field]:
-                raise TutorialError("ckpt.mismatch", path=str(path), field=field,
-                                    saved=state[field], current=expect[field])
+        for key in SAME_MID_EPOCH:
+            if state[key] != expect[key]:
+                raise TutorialError("ckpt.mismatch", path=str(path), field=key,
+                                    saved=state[key], current=expect[key])
         _check_partial(path, state)
     return state
 

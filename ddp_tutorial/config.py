@@ -8,11 +8,13 @@ The defaults are the seed tutorial's: MNIST, batch 128 per process, Adam with lr
 
 Each option is defined once, as a field of :class:`TrainConfig` made by :func:`option`: its
 default, the catalogue key of its ``--help`` line, its rule (:mod:`ddp_tutorial.validate`),
-whether a SLURM job passes it on (``job``) and whether the JSON result records it as given
-(``result``). The command line (:func:`add_train_arguments`), the checks (:meth:`TrainConfig.validate`,
-:data:`TRAIN_RULES`), the choices and the job spec's training fields (:data:`JOB_OPTIONS`) are
-derived from that table. Adding an option: one ``option(...)`` line here, one help line in each
-catalogue (``messages/en.toml``, ``tr.toml``).
+whether a SLURM job passes it on (``job``), whether the JSON result records it as given
+(``result``) and what a resumed run must keep of it (``keep``). The command line
+(:func:`add_train_arguments`), the checks (:meth:`TrainConfig.validate`, :data:`TRAIN_RULES`), the
+choices, the job spec's training fields (:data:`JOB_OPTIONS`), the result's defaults and the
+checkpoint's rules (:data:`KEPT_ALWAYS`, :data:`KEPT_MID_EPOCH`) are derived from that table.
+Adding an option: one ``option(...)`` line here, one help line in each catalogue
+(``messages/en.toml``, ``tr.toml``).
 """
 
 from __future__ import annotations
@@ -48,15 +50,18 @@ def _default_root() -> str:
 
 
 def option(default=MISSING, *, help: Optional[str] = None, rule=None, factory=MISSING, job: bool = False,
-           result: bool = False, cli: Optional[dict] = None, flags: Tuple = ()):
+           result: bool = False, keep: Optional[str] = None, cli: Optional[dict] = None, flags: Tuple = ()):
     """One training option (a dataclass field) and everything derived from it.
 
     ``help``: the catalogue key of its ``--help`` line. ``rule``: the values allowed
     (:mod:`ddp_tutorial.validate`; ``None`` where every value is fine). ``job``: a SLURM job spec
     passes it on to the training (:data:`JOB_OPTIONS`). ``result``: the JSON result records it as
-    given. ``cli``: extra ``add_argument`` keywords; ``flags``: ``(flag, keywords, help key)`` for an
+    given. ``keep``: a run resumed from a checkpoint must keep its value ``"always"`` (it decides the
+    data order or the optimisation: another value would silently be another run) or only when the
+    checkpoint was taken inside an epoch (``"mid-epoch"``: it splits the epoch among the ranks).
+    ``cli``: extra ``add_argument`` keywords; ``flags``: ``(flag, keywords, help key)`` for an
     option set by other flags than ``--name`` (``--no-eval``)."""
-    metadata = dict(help=help, rule=rule, job=job, result=result, cli=cli or {}, flags=flags)
+    metadata = dict(help=help, rule=rule, job=job, result=result, keep=keep, cli=cli or {}, flags=flags)
     if factory is not MISSING:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -65,21 +70,23 @@ def option(default=MISSING, *, help: Optional[str] = None, rule=None, factory=MI
 @dataclass
 class TrainConfig:
     dataset: str = option(factory=default_dataset, help="cli.dataset", rule=Choice(DATASETS), job=True,
-                          result=True)
+                          result=True, keep="always")
     root: str = option(factory=_default_root, help="cli.root", rule=NonEmptyPath(), job=True)
     epochs: int = option(2, help="cli.epochs", rule=Int(0, 100_000), job=True)
     batch_size: int = option(128, help="cli.batch_size", rule=Int(1, 1 << 20), job=True,  # per process
-                             result=True)
+                             result=True, keep="mid-epoch")
     lr: float = option(1e-3, help="cli.lr", rule=Number(0.0, 10.0), job=True)
     # adam (the seed's) | sgd (with momentum 0.9: what the linear scaling rule was derived for)
-    optimizer: str = option("adam", help="cli.optimizer", rule=Choice(("adam", "sgd")), result=True)
+    optimizer: str = option("adam", help="cli.optimizer", rule=Choice(("adam", "sgd")), result=True,
+                            keep="always")
     # none | linear (lr × world size) | sqrt (lr × √world size); a bare --scale-lr is linear
     scale_lr: str = option("none", help="cli.scale_lr", rule=Choice(("none", "linear", "sqrt")), result=True,
                            cli=dict(nargs="?", const="linear"))
     # lr rises linearly to its value over the first N steps
     warmup_steps: int = option(0, help="cli.warmup_steps", rule=Int(0, 10_000_000), result=True)
     # DistributedSampler seeds each epoch with seed + epoch
-    seed: int = option(0, help="cli.seed", rule=Int(0, 2**63 - 1 - 100_000), job=True, result=True)
+    seed: int = option(0, help="cli.seed", rule=Int(0, 2**63 - 1 - 100_000), job=True, result=True,
+                       keep="always")
     num_layers: int = option(4, help="cli.num_layers", rule=Int(2, 64))  # an input and an output layer at least
     hidden: int = option(128, help="cli.hidden", rule=Int(1, 1 << 16))
     backend: str = option("auto", help="cli.backend", rule=Choice(("auto", "gloo", "nccl")))
@@ -92,7 +99,7 @@ class TrainConfig:
     resume: bool = option(False, help="cli.resume")
     json: Optional[str] = option(None, help="cli.json", rule=NonEmptyPath())  # global rank 0 writes it
     # use only the first N training images (quick runs)
-    train_subset: Optional[int] = option(None, help="cli.train_subset", rule=Int(1, 10**9))
+    train_subset: Optional[int] = option(None, help="cli.train_subset", rule=Int(1, 10**9), keep="always")
     evaluate: bool = option(True, flags=(("--no-eval", dict(action="store_false"), "cli.no_eval"),))
     # tqdm bar on rank 0 (default: when the terminal is interactive)
     progress: Optional[bool] = option(None, flags=(
@@ -144,6 +151,14 @@ TRAIN_RULES: Dict[str, object] = {f.name: f.metadata["rule"] for f in fields(Tra
 JOB_OPTIONS: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["job"])
 #: The options the JSON result records as given (the run records lr, backend, device, threads as resolved).
 RESULT_OPTIONS: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["result"])
+#: The options a resumed run must keep: always, or only when it resumes inside an epoch (checkpoint.py checks).
+KEPT_ALWAYS: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["keep"] == "always")
+KEPT_MID_EPOCH: Tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.metadata["keep"] == "mid-epoch")
+
+
+def default_of(name: str):
+    """Option ``name``'s default, as the table gives it."""
+    return TrainConfig.__dataclass_fields__[name].default
 
 
 def _argparse_keywords(f) -> dict:

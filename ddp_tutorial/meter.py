@@ -13,16 +13,18 @@ import math
 import os
 import sys
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 
 from . import result as results
+from .checkpoint import Position
+from .config import TrainConfig
 from .i18n import t
 from .model import count_parameters
 from .result import TrainResult
-from .runstate import Position, RunState
 from .threads import WAIT_POLICY_VARIABLE
+from .whoami import DistEnv
 
 
 class EpochMeter:
@@ -52,12 +54,13 @@ class EpochMeter:
 class RunRecord:
     """The result of one run, filled epoch by epoch; the clock starts when it is built."""
 
-    def __init__(self, run: RunState, model, lr: float, device: torch.device, backend: str, steps_per_epoch: int,
-                 start: Position):
-        """``backend``: the group's (at world 1, no group: the one this device would use, as train.py
-        printed it); ``start``: where the run starts, with what a resumed run brings along."""
-        config, env = run.config, run.env
-        self.run, self.model, self.device, self.steps_per_epoch = run, model, device, steps_per_epoch
+    def __init__(self, config: TrainConfig, env: DistEnv, say: Callable[..., None], model, lr: float,
+                 device: torch.device, backend: str, steps_per_epoch: int, start: Position):
+        """``say``: how this run prints (:meth:`~ddp_tutorial.runstate.RunState.say`); ``backend``: the
+        group's (at world 1, no group: the one this device would use, as train.py printed it); ``start``:
+        where the run starts, with what a resumed run brings along."""
+        self.config, self.env, self.say = config, env, say
+        self.model, self.device, self.steps_per_epoch = model, device, steps_per_epoch
         self.classes = list(model.hidden_layers)[-1].out_features
         self.result = TrainResult(  # the options as given (config.py's table), then what this run resolved
             **config.recorded(), rank=env.rank, world_size=env.world_size, backend=backend, device=str(device),
@@ -70,10 +73,10 @@ class RunRecord:
 
     def progress(self, epoch: int, steps: range) -> Iterator[int]:
         """``steps``, with rank 0's progress bar for this epoch (tqdm; only where it is shown)."""
-        config, first = self.run.config, steps.start
-        show = config.progress if config.progress is not None else sys.stderr.isatty()
+        progress, first = self.config.progress, steps.start
+        show = progress if progress is not None else sys.stderr.isatty()
         bar = None
-        if self.run.env.is_main and show:
+        if self.env.is_main and show:
             try:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=self.steps_per_epoch, initial=first, desc=f"epoch {epoch}",
@@ -100,19 +103,19 @@ class RunRecord:
             self.result.step_losses += torch.stack(meter.step_losses).tolist()  # one device→host copy per epoch
         chance = math.log(self.classes)  # the cross-entropy of a uniform guess over the classes
         if not math.isfinite(mean_loss) or mean_loss > 10 * chance:
-            self.run.say(t("train.diverged", loss=mean_loss, chance=chance, lr=self.result.lr), everyone=False)
-        rate = self.samples * self.run.env.world_size / max(time.perf_counter() - self.started, 1e-9)
-        self.run.say(t("train.epoch_summary", epoch=epoch, world_size=self.run.env.world_size, loss=mean_loss,
-                       rate=rate), everyone=False)
+            self.say("train.diverged", loss=mean_loss, chance=chance, lr=self.result.lr, everyone=False)
+        rate = self.samples * self.env.world_size / max(time.perf_counter() - self.started, 1e-9)
+        self.say("train.epoch_summary", epoch=epoch, world_size=self.env.world_size, loss=mean_loss, rate=rate,
+                 everyone=False)
 
     def finish(self, accuracy: Optional[float]) -> TrainResult:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.result.train_seconds = time.perf_counter() - self.started
-        self.result.samples_per_second = self.samples * self.run.env.world_size / max(self.result.train_seconds, 1e-9)
+        self.result.samples_per_second = self.samples * self.env.world_size / max(self.result.train_seconds, 1e-9)
         self.result.test_accuracy = accuracy
         self.result.weights_sha256 = results.weights_digest(self.model)
-        if self.run.env.is_main and self.run.config.json:
-            path = results.write(self.run.config.json, self.result)
-            self.run.say(t("train.result_written", path=path))
+        if self.env.is_main and self.config.json:
+            path = results.write(self.config.json, self.result)
+            self.say("train.result_written", path=path)
         return self.result

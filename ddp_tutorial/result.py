@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import atomic
+from .config import default_of
 from .i18n import TutorialError
 
 
@@ -45,9 +46,10 @@ class TrainResult:
     resumed_from: Optional[dict] = None
     launcher: str = ""
     num_nodes: int = 1
-    scale_lr: str = "none"
-    optimizer: str = "adam"
-    warmup_steps: int = 0
+    # options recorded as given (meter.py passes config.recorded()), with config.py's defaults
+    scale_lr: str = default_of("scale_lr")
+    optimizer: str = default_of("optimizer")
+    warmup_steps: int = default_of("warmup_steps")
     threads: int = 0              # intra-op threads of this process (torch.get_num_threads())
     omp_wait_policy: str = ""     # OMP_WAIT_POLICY as this process saw it ("" = OpenMP's default)
 

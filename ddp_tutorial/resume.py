@@ -9,57 +9,61 @@ and said, the random state comes back, and a stop vote ends in :meth:`Resume.pre
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
 from . import checkpoint as ckpt
+from .checkpoint import Position
 from . import exits
-from .i18n import t
+from .config import TrainConfig
+from .optim import set_lr
 from .preemption import Preempted
 from .result import TrainResult
-from .runstate import Position, RunState, signals_held
+from .whoami import DistEnv
 
 
 class Resume:
-    def __init__(self, run: RunState, model, optimizer, lr: float, device: torch.device):
-        self.run, self.model, self.optimizer, self.lr, self.device = run, model, optimizer, lr, device
-        c, layers = run.config, list(model.hidden_layers)
+    """``--resume`` and rank 0's checkpoints of one run: ``say`` is how the run prints
+    (:meth:`~ddp_tutorial.runstate.RunState.say`), ``lr`` its learning rate for this world size."""
+
+    def __init__(self, config: TrainConfig, env: DistEnv, say: Callable[..., None], model, optimizer, lr: float):
+        self.config, self.env, self.say = config, env, say
+        self.model, self.optimizer, self.lr = model, optimizer, lr
+        layers = list(model.hidden_layers)
         shape = [len(layers), layers[0].in_features, layers[0].out_features, layers[-1].out_features]
-        # what a checkpoint must have been made with to be resumed by this run
-        self.expected = dict(shape=shape, world_size=run.env.world_size, batch_size=c.batch_size, seed=c.seed,
-                             dataset=c.dataset, train_subset=c.train_subset, optimizer_kind=c.optimizer, lr=lr)
+        # what a checkpoint must have been made with to be resumed by this run (the options: config.py's table)
+        self.expected = dict(shape=shape, world_size=env.world_size, lr=lr, **ckpt.kept_options(config))
 
     def start(self) -> Position:
         """Where this run starts: the beginning, or (``--resume``) where the checkpoint stands."""
-        config = self.run.config
+        config = self.config
         start = self._load() if config.resume else Position()
         if start.epoch >= config.epochs and not start.epoch:  # --epochs 0, nothing resumed (R01)
-            self.run.say(t("ckpt.nothing_to_train"), everyone=False)
+            self.say("ckpt.nothing_to_train", everyone=False)
         elif start.epoch >= config.epochs:  # a finished run resumed with the same (or fewer) --epochs
-            self.run.say(t("ckpt.nothing_left", path=config.checkpoint_dir, epoch=start.epoch,
-                           epochs=config.epochs), everyone=False)
+            self.say("ckpt.nothing_left", path=config.checkpoint_dir, epoch=start.epoch, epochs=config.epochs,
+                     everyone=False)
         return start
 
     def _load(self) -> Position:
-        directory, say, rank = self.run.config.checkpoint_dir, self.run.say, self.run.env.rank
+        directory, say, rank = self.config.checkpoint_dir, self.say, self.env.rank
         state = ckpt.load_checkpoint(directory, self.expected)
         if state is None:
-            say(t("ckpt.none", path=directory), everyone=False)
+            say("ckpt.none", path=directory, everyone=False)
             return Position()
         ckpt.load_into(directory, self.model, self.optimizer, state)
-        for group in self.optimizer.param_groups:  # this run's lr, not the one saved with the optimizer
-            group["lr"] = self.lr
+        set_lr(self.optimizer, self.lr)  # this run's lr, not the one saved with the optimizer
         resumed_from = {"epoch": state["epoch"], "step": state["step"]}
         if state.get("lr") is not None and state["lr"] != self.lr:  # a new lr: applied, said, recorded
-            say(t("ckpt.lr_changed", saved=state["lr"], current=self.lr), everyone=False)
+            say("ckpt.lr_changed", saved=state["lr"], current=self.lr, everyone=False)
             resumed_from["lr_before"] = state["lr"]
         loss_sum, steps = state.get("partial_loss", 0.0), state.get("partial_steps", 0)
         if isinstance(loss_sum, list):  # stopped mid-epoch: one entry per rank (same world size, checked)
             loss_sum, steps = loss_sum[rank], steps[rank]
         if "rng" in state:
             torch.set_rng_state(state["rng"])
-        say(t("ckpt.resumed", path=directory, epoch=state["epoch"], step=state["step"]), everyone=False)
+        say("ckpt.resumed", path=directory, epoch=state["epoch"], step=state["step"], everyone=False)
         return Position(state["epoch"], state["step"], loss_sum, steps, epochs=list(state.get("epochs", [])),
                         rank_losses=[list(r) for r in state.get("rank_losses", [])], resumed_from=resumed_from)
 
@@ -72,31 +76,28 @@ class Resume:
         all-reduce adds the ranks' values in an order that depends on where a gradient sits in its
         bucket, so a fresh process's first step would round differently (≈1e-7) from the uninterrupted
         run's step at the same point. No optimizer step is taken: the weights do not change."""
-        if not (self.run.distributed and start.resumed_from):
+        if not (self.env.world_size > 1 and start.resumed_from):
             return
-        images, labels = data.batch(torch.arange(min(self.run.config.batch_size, len(data)), device=self.device))
+        images, labels = data.batch(torch.arange(min(self.config.batch_size, len(data))))  # on the data's device
         criterion(ddp_model(images), labels).backward()
         self.optimizer.zero_grad(set_to_none=True)
 
     def save(self, epoch: int, step: int, partial_loss, partial_steps, record: TrainResult) -> bool:
         """Rank 0 writes the checkpoint (atomically); False when there is nowhere to write it."""
-        directory = self.run.config.checkpoint_dir
-        if not (self.run.env.is_main and directory):
+        directory = self.config.checkpoint_dir
+        if not (self.env.is_main and directory):
             return False
         state = dict(model=self.model.state_dict(), optimizer=self.optimizer.state_dict(), epoch=epoch,
                      step=step, partial_loss=partial_loss, partial_steps=partial_steps, epochs=record.epochs,
                      rank_losses=record.rank_losses, rng=torch.get_rng_state(), **self.expected)
-        with signals_held():  # a launcher's SIGTERM (Ctrl-C) waits until the checkpoint is whole
-            path = ckpt.save_checkpoint(directory, state)
-        self.run.say(t("ckpt.saved", path=path, epoch=epoch, step=step))
+        path = ckpt.save_checkpoint(directory, state)  # a launcher's SIGTERM (Ctrl-C) waits until it is whole
+        self.say("ckpt.saved", path=path, epoch=epoch, step=step)
         return True
 
     def preempted(self, epoch: int, step: int) -> None:
-        """After the story's stop vote and rank 0's checkpoint: another SIGUSR1 changes nothing from
-        here on (exit 75, not death by signal); say so, and leave with exit code 75."""
-        self.run.stop.settle()
-        key = "train.preempted" if self.run.config.checkpoint_dir else "ckpt.nothing_saved"
-        self.run.say(t(key, rank=self.run.env.rank, epoch=epoch, step=step, code=exits.REQUEUE))
+        """After the story's stop vote and rank 0's checkpoint: say so, and leave with exit code 75."""
+        key = "train.preempted" if self.config.checkpoint_dir else "ckpt.nothing_saved"
+        self.say(key, rank=self.env.rank, epoch=epoch, step=step, code=exits.REQUEUE)
         raise Preempted()
 
 

@@ -1,7 +1,8 @@
-"""The run around the story: one small object per training process, and the pieces train.py builds.
+"""The run around the story: one small object per training process, the ``with`` block of train.py.
 
 :mod:`ddp_tutorial.train` tells the story (who am I → process group → sampler → DDP → loop →
-rank-0 test). Around it, three collaborators, each complete when it is built:
+rank-0 test). Around it, three collaborators, each complete when it is built and each given what
+it uses (the config, the environment, the ``say`` it prints with), never the run itself:
 
 * :class:`RunState` (here): the ``with`` block — before the rendezvous the ``--json`` target and
   ``--checkpoint-dir`` are checked and SIGUSR1 is caught (:class:`~ddp_tutorial.preemption.StopRequest`);
@@ -16,14 +17,9 @@ rank-0 test). Around it, three collaborators, each complete when it is built:
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-import signal
 import sys
-import threading
-from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 from .config import TrainConfig
 from .failures import classify_failure
@@ -38,45 +34,6 @@ from .whoami import DistEnv
 STOP_CHECK_EVERY = 10  # steps between two "should we stop?" votes (each is a small collective)
 
 
-@dataclass
-class Position:
-    """Where training starts: epoch, step inside it, this rank's loss sum / steps so far in that epoch,
-    and what a resumed run brings along (the epochs' losses, every rank's, where it resumed from)."""
-    epoch: int = 0
-    step: int = 0
-    loss_sum: float = 0.0
-    steps: int = 0
-    epochs: List[float] = field(default_factory=list)
-    rank_losses: List[List[float]] = field(default_factory=list)
-    resumed_from: Optional[dict] = None
-
-
-def scaled_lr(config: TrainConfig, world_size: int) -> float:
-    """The learning rate for ``world_size`` ranks: ``--scale-lr linear`` (× N, Goyal et al. for SGD),
-    ``sqrt`` (× √N, the usual heuristic for Adam) or ``none``."""
-    factor = {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[config.scale_lr]
-    return config.lr * factor
-
-
-def warmup_lr(lr: float, done: int, warmup_steps: int) -> float:
-    """``--warmup-steps N``: the learning rate of step ``done`` (counted over the whole run) rises linearly
-    from lr/N to lr over the first N steps, then stays at lr (nanoGPT's ``get_lr``, without the decay)."""
-    return lr * min(1.0, (done + 1) / warmup_steps) if warmup_steps else lr
-
-
-@contextlib.contextmanager
-def signals_held(signums=(signal.SIGTERM, signal.SIGINT)):
-    """Hold SIGTERM/SIGINT for the duration (main thread): they are delivered when the block ends."""
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, signums)
-    try:
-        yield
-    finally:
-        if main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
-
-
 class RunState:
     """``with RunState(config, env) as run:`` — the checks before the rendezvous, SIGUSR1, printing."""
 
@@ -89,8 +46,8 @@ class RunState:
         self.stop.install()  # from now on SIGUSR1 (SLURM's warning) means "checkpoint and stop"
         cores = available_cores()
         if self.config.threads and self.config.threads * self.env.local_world_size > 2 * cores:
-            self.say(t("train.too_many_threads", threads=self.config.threads, per_node=self.env.local_world_size,
-                       cores=cores), everyone=False)  # 1024 threads on 2 cores: 250× slower, not an error
+            self.say("train.too_many_threads", threads=self.config.threads, per_node=self.env.local_world_size,
+                     cores=cores, everyone=False)  # 1024 threads on 2 cores: 250× slower, not an error
         if self.env.is_main:  # problems that would only show after all the training: now
             if self.config.json:
                 results.check_target(self.config.json)
@@ -105,8 +62,11 @@ class RunState:
         if isinstance(error, TutorialError) and self.distributed and "rank" not in error.fields:
             error.rank = self.env.rank  # entry.run_and_exit prints "error (rank N): …"
 
-    def say(self, text: str, everyone: bool = True) -> None:
+    def say(self, key: str, everyone: bool = True, **fields) -> None:
+        """Print the catalogue's message ``key`` with ``fields`` in the user's language — on every rank, or
+        (``everyone=False``) on rank 0 only; nothing with ``--quiet``. The collaborators print with it."""
         if not self.config.quiet and (everyone or self.env.is_main):
+            text = t(key, **fields)
             try:
                 sys.stdout.write(text + "\n")  # one write per line: ranks printing at once do not mix
                 sys.stdout.flush()

@@ -18,7 +18,7 @@ from ddp_tutorial.config import (CHECKPOINT_NAME, TrainConfig, add_launch_argume
                                  config_from_args)
 from ddp_tutorial.i18n import TutorialError
 from ddp_tutorial.preemption import Preempted
-from ddp_tutorial.runstate import scaled_lr
+from ddp_tutorial.optim import scaled_lr
 from ddp_tutorial.train import train
 from ddp_tutorial.validate import local_process_limit, mlp_parameters, option_name
 
@@ -86,11 +86,11 @@ def test_stop_request_without_checkpoint_dir_says_nothing_was_saved(mnist_root, 
 
 def test_scale_lr_rules_and_warmup(mnist_root):
     base = TrainConfig(lr=1e-3)
-    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="linear").validated(), 6) == pytest.approx(6e-3)
-    assert scaled_lr(TrainConfig(lr=1e-3, scale_lr="sqrt").validated(), 6) == pytest.approx(1e-3 * math.sqrt(6))
+    assert scaled_lr(1e-3, "linear", 6) == pytest.approx(6e-3)
+    assert scaled_lr(1e-3, "sqrt", 6) == pytest.approx(1e-3 * math.sqrt(6))
     with pytest.raises(TutorialError):  # the old bool form is gone: a rule's name or nothing
         TrainConfig(scale_lr=True).validated()
-    assert scaled_lr(base.validated(), 6) == 1e-3
+    assert scaled_lr(base.lr, base.validated().scale_lr, 6) == 1e-3
     with pytest.raises(TutorialError):
         TrainConfig(scale_lr="cubic").validated()
     # A warm-up changes the first steps only: not the same weights as without, and it still learns.

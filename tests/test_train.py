@@ -144,15 +144,15 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     touched: RunRecord only records the device."""
     import torch
     from ddp_tutorial.model import DeepNeuralNetwork
+    from ddp_tutorial.checkpoint import Position
     from ddp_tutorial.meter import RunRecord
-    from ddp_tutorial.runstate import Position, RunState
     from ddp_tutorial.whoami import resolve_environment
     env = resolve_environment(rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500)
     model = DeepNeuralNetwork(2, 784, 16, 10)
     from ddp_tutorial.device_rule import choose_backend
-    run = RunState(TrainConfig(backend=requested, evaluate=False), env)
+    config = TrainConfig(backend=requested, evaluate=False)
     backend = choose_backend(requested, torch.device(device))  # as train.py's step 2, which it prints
-    record = RunRecord(run, model, 1e-3, torch.device(device), backend, 10, Position())
+    record = RunRecord(config, env, print, model, 1e-3, torch.device(device), backend, 10, Position())
     assert record.result.backend == recorded and record.result.device == device
 
 
