@@ -3,7 +3,9 @@
 ``notebook.setup()`` takes the language from the notebook's folder (``tr/`` → Turkish, ``en/`` →
 English; else ``DDP_TUTORIAL_LANG``) and sets ``DDP_TUTORIAL_LANG`` for everything the notebook
 starts afterwards (engines, jobs). The data root is shown as ``$DDP_TUTORIAL_ROOT`` when that
-variable sets it, so stored outputs carry no machine's paths. No torch import.
+variable sets it, so stored outputs carry no machine's paths. No torch import: it also chooses the
+kernel's OpenMP wait policy before torch is imported (:func:`ddp_tutorial.threads.prefer_passive_openmp`),
+since 01 trains in the kernel itself.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from .datasets import ROOT_VARIABLE, default_dataset, default_root
 from .i18n import LANG_VARIABLE, LANGUAGES, language, t
+from .threads import prefer_passive_openmp
 
 
 def setup(quiet: bool = False) -> dict:
@@ -24,6 +27,10 @@ def setup(quiet: bool = False) -> dict:
     shown = f"${ROOT_VARIABLE}" if os.environ.get(ROOT_VARIABLE) else "~/" + str(
         root.relative_to(Path.home())) if root.is_relative_to(Path.home()) else str(root)
     info = {"lang": language(), "dataset": default_dataset(), "root": str(root), "root_shown": shown}
+    # The kernel is a training process too (01 trains in it): on a busy machine (a class on one node) its
+    # OpenMP threads must sleep, not spin, while they wait, as the engines' do. OpenMP reads the policy once,
+    # when torch is imported, and the first cell runs before any import of torch; the engines inherit it.
+    prefer_passive_openmp()
     install_error_display()
     if not quiet:
         print(t("ipp.notebook", language=info["lang"], dataset=info["dataset"], root=shown))

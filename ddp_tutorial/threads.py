@@ -21,7 +21,8 @@ The wait policy changes only how threads wait, never what they compute.
 
 OpenMP reads the variable once, when torch is imported, so the launchers call
 :func:`prefer_passive_openmp` before any ``import torch`` of the process (and the children they
-start inherit it). A value the user set wins (``OMP_WAIT_POLICY=ACTIVE`` or ``PASSIVE``).
+start inherit it); so does a notebook's first cell (``notebook.setup()``): 01 trains in the Jupyter
+kernel itself. A value the user set wins (``OMP_WAIT_POLICY=ACTIVE`` or ``PASSIVE``).
 """
 
 from __future__ import annotations

@@ -136,6 +136,13 @@ else
     touch "$stamp"
   fi
 fi
+# The lab's environment first on PATH for everything started from here (the notebooks' `!` lines, the lab's
+# terminal), as `source DIR/bin/activate` would put it; the terminal's shell puts it first again after the
+# attendee's own ~/.bashrc (scripts/lab_terminal.bashrc), so `ddp-tutorial`, `torchrun` and `python` there
+# are this environment's (issue 49 P4). DDP_TUTORIAL_VENV, when given, is passed on as an absolute path:
+# README's `source "$DDP_TUTORIAL_VENV/bin/activate"` is run from the workshop copy, not from here.
+export PATH="$venv/bin:$PATH" VIRTUAL_ENV=$venv DDP_TUTORIAL_LAB_VENV=$venv
+[ -n "${DDP_TUTORIAL_VENV:-}" ] && export DDP_TUTORIAL_VENV=$venv
 
 if [ -z "${DDP_TUTORIAL_ROOT:-}" ] && [ -z "${HOME:-}" ]; then
   say "!! HOME tanımlı değil: veri dizinini DDP_TUTORIAL_ROOT ile verin (ör. DDP_TUTORIAL_ROOT=\$PWD/ddp-data bash scripts/lab.sh $lang)" \
@@ -215,10 +222,13 @@ fi
 # The working copy is JupyterLab's root; the URL it prints (and opens) lands on 00_setup.
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)   # containers often run as root; JupyterLab refuses without it
+# The terminal's shell: bash with the lab's start-up file (scripts/lab_terminal.bashrc), never a login shell,
+# whose /etc/profile (Debian's) would set PATH afresh without the lab's environment.
+terminal="shell_command=bash --rcfile $(printf %q "$PWD/scripts/lab_terminal.bashrc") -i"
 cd "$work"
 # Each start opens 00_setup alone: the tabs of the last session are not restored, since JupyterLab starts a
 # kernel for every restored notebook (ten notebooks reopened: ten kernels, some with engines). The workspace
 # folder is the working copy's own (not shared across languages); its files are removed here.
 rm -f "$work.lab-workspaces"/*.jupyterlab-workspace
 exec "$venv/bin/jupyter" lab --ServerApp.root_dir="$work" --LabApp.workspaces_dir="$work.lab-workspaces" \
-     --LabApp.default_url=/lab/tree/00_setup.ipynb "${extra[@]}" "${args[@]}"
+     --LabApp.default_url=/lab/tree/00_setup.ipynb --ServerApp.terminado_settings="$terminal" "${extra[@]}" "${args[@]}"

@@ -83,6 +83,7 @@ if [ -n "${SBATCH_RESERVATION:-}" ] || { [ -n "$in_reservation" ] \
       "!! this session runs in reservation $in_reservation; the class's GPU reservation is meant for 05's jobs. End it (scancel ${SLURM_JOB_ID:-JOBID}), unset SBATCH_RESERVATION (remove it from ~/.bashrc too) and submit again: sbatch slurm/lab.sbatch" >&2
 fi
 export PATH="$venv/bin:$PATH" DDP_TUTORIAL_LANG=$lang
+export VIRTUAL_ENV=$venv DDP_TUTORIAL_LAB_VENV=$venv   # the lab's terminal puts it first again (lab_terminal.bashrc)
 
 if [ -z "${DDP_TUTORIAL_ROOT:-}" ] && [ -z "${HOME:-}" ]; then
   say "!! HOME tanımlı değil: veri kökünü DDP_TUTORIAL_ROOT ile verin" "!! HOME is not set: give the data root with DDP_TUTORIAL_ROOT" >&2
@@ -272,6 +273,9 @@ login=${DDP_TUTORIAL_LOGIN_HOST:-}
 login=${login:-${SLURM_SUBMIT_HOST:-LOGIN}}
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--allow-root)
+# The terminal's shell (lab.sh): bash with the lab's start-up file, never a login shell, whose start-up files
+# could put another Python first; `ddp-tutorial`, `torchrun` and `python` there are the environment's.
+extra+=(--ServerApp.terminado_settings="shell_command=bash --rcfile $(printf %q "$checkout/scripts/lab_terminal.bashrc") -i")
 cd "$work"
 rm -f "$work.lab-workspaces"/*.jupyterlab-workspace  # 00_setup alone: no kernel for every restored tab (lab.sh)
 "$venv/bin/jupyter" lab --no-browser --ip="$address" --port="$port" --ServerApp.port_retries=0 \

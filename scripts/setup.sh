@@ -39,6 +39,7 @@
 # TORCHVISION_VERSION (default: the pin in ddp_tutorial/gpu.py; another version skips the table).
 set -euo pipefail
 caller=$PWD
+given=("$@")   # the command as typed: what the message after a failed torch install says to run again
 cd "$(dirname "$0")/.."
 
 want_test=0
@@ -234,7 +235,13 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; v = torch.__version_
   if [ -n "$index_url" ]; then
     echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION from $index_url (a few minutes)"
     # --force-reinstall: an installed torch of the same version but another build counts as "already there".
-    "${PIP[@]}" install --force-reinstall --index-url "$index_url" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+    if ! "${PIP[@]}" install --force-reinstall --index-url "$index_url" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"; then
+      # pip's last line (ResolutionImpossible, after its retries) names neither the index nor what to do
+      # (issue 49 P5): one line that does, after asking the index itself (ddp_tutorial/torch_index.py).
+      "$VENV/bin/python" -m ddp_tutorial.torch_index "$index_url" "$TORCH_VERSION" --variant "$want_local" \
+        --again "bash scripts/setup.sh ${given[*]}" || true
+      exit 2
+    fi
   else
     echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION (a few minutes)"
     force=()   # another build of the same version (say +cu126) would count as "already there"
@@ -287,6 +294,6 @@ if [ -n "$prefix" ]; then   # readable by every attendee (the folders above it m
     refuse_prefix "the class environment $VENV is built, but as another user (nobody) its Python cannot import the package: $failed. Build it in a new folder from a Python others can run (the site's module: module av python)" \
       "sınıf ortamı $VENV kuruldu, ama başka bir kullanıcı (nobody) olarak Python'u paketi içe aktaramıyor: $failed. Ortamı yeni bir klasöre, başkalarının da çalıştırabildiği bir Python'dan kurun (merkezin modülü: module av python)"
   fi
-  echo "== class environment ready / sınıf ortamı hazır: DDP_TUTORIAL_VENV=$VENV bash scripts/lab.sh tr"
+  echo "== class environment ready / sınıf ortamı hazır: DDP_TUTORIAL_VENV=$VENV DDP_TUTORIAL_ROOT=DATA bash scripts/lab.sh tr (DATA: the class's data folder / sınıfın veri klasörü)"
 fi
 exit 0

@@ -6,6 +6,9 @@
 # copies notebooks/LANG/*.ipynb into WORK on first start (complete or absent, never half a copy);
 # with --reset an existing WORK is first renamed to WORK.backup-<date>. Everything else a notebook
 # needs comes from the installed package (08's cnn_single.py included), so nothing else is copied.
+# The copy starts without outputs and prompt numbers (issue 49: the build's outputs, with their old pids
+# and timings, could not be told from the attendee's own): every output in WORK is one the attendee ran.
+# The build's outputs stay in notebooks/LANG/, where nbval checks them and anyone can compare.
 # Whatever goes wrong (a language without notebooks, a full disk, a folder it may not write, a WORK that
 # is another user's copy) is one line in LANG (both languages when LANG is neither tr nor en), exit 2,
 # and no WORK.partial.* folder is left behind.
@@ -62,6 +65,25 @@ if [ ! -d "$work" ]; then
     cannot_write "$(why "$err")"
   fi
   err=$(cp -- "${notebooks[@]}" "$partial"/ 2>&1) || cannot_write "$(why "$err")"
+  # Outputs and prompt numbers cleared, in the copy only (nbformat's layout: one-space indent, sorted keys),
+  # by the Python first on PATH (the lab's environment: lab.sh, lab_job.sh and the OnDemand block put it there).
+  if ! command -v python3 >/dev/null 2>&1; then
+    if [ "$lang" = tr ]; then echo "== python3 yok: kopya, derlemenin çıktılarını taşıyor"
+    else echo "== no python3: the copy keeps the build's outputs"; fi
+  else err=$(python3 - "$partial"/*.ipynb 2>&1 <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    with open(path, encoding="utf-8") as f:
+        notebook = json.load(f)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(notebook, f, indent=1, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+PY
+  ) || cannot_write "$(why "$err")"
+  fi
   chmod "$(printf %o $((0777 & ~0$(umask))))" "$partial"   # mktemp's 0700: the umask decides, as mkdir would
   # complete or absent, never half a copy; where another start won the race, its copy stays and ours goes
   if mv -T "$partial" "$work" 2>/dev/null; then partial=""; fi

@@ -299,7 +299,7 @@ def test_setup_prefix_builds_the_class_environment_pinned_and_not_editable(open_
         f"install --force-reinstall --index-url {gpu.VARIANTS['cu126'].index_url} {pins}",
         f"install --no-cache-dir {pins} .[notebooks]"]
     assert (prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json").is_file()
-    assert f"DDP_TUTORIAL_VENV={prefix} bash scripts/lab.sh tr" in done.stdout, done.stdout
+    assert f"DDP_TUTORIAL_VENV={prefix} DDP_TUTORIAL_ROOT=DATA bash scripts/lab.sh tr" in done.stdout, done.stdout
     assert all(p.stat().st_mode & 0o004 for p in prefix.rglob("*"))
 
 

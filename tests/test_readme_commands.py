@@ -40,8 +40,10 @@ NOT_RUN_HERE = {
                              "(tests/test_lab_script.py runs it in a throw-away checkout)",
     "source .venv/bin/activate": "the venv's bin folder is put first on PATH instead (the same effect)",
     ONLINE: "downloads MNIST (needs the internet); its result is staged beforehand",
-    "cd workshop/en && source ../../.venv/bin/activate": "the capstone test runs the block's lines in a workshop "
-        "copy (scripts/workshop_copy.sh) with the venv's bin first on PATH: the same folder and the same venv",
+    'cd workshop/en && source "${DDP_TUTORIAL_VENV:-../../.venv}/bin/activate"': "the capstone test runs the "
+        "block's lines in a workshop copy (scripts/workshop_copy.sh) with the venv's bin first on PATH: the same "
+        "folder and the same venv; tests/test_class_start.py runs this line itself, in a class clone and in one "
+        "with its own .venv",
     "sbatch cnn_ddp.sbatch": "needs a SLURM cluster: the SLURM lab's tests submit rendered jobs",
 }
 
@@ -137,7 +139,7 @@ def test_the_capstone_commands_run_as_written_in_a_workshop_copy(fashion_root, t
     import json
 
     lines = capstone_block()
-    assert lines[0] == "cd workshop/en && source ../../.venv/bin/activate", lines[0]
+    assert lines[0] == 'cd workshop/en && source "${DDP_TUTORIAL_VENV:-../../.venv}/bin/activate"', lines[0]
     root = tmp_path / "checkout-like"
     work = root / "workshop" / "en"
     subprocess.run(["bash", str(REPO / "scripts" / "workshop_copy.sh"), "en", str(work)], check=True, timeout=60)

@@ -38,7 +38,8 @@ from .class_shape import class_job, class_preview, class_run_dir
 from .cli import add_cli, add_render_arguments
 from .jobs import (TERMINAL, JobInfo, cancel, checkpoint_dir, job_info, log_path, parse_scontrol, read_log,
                    read_result, result_path, run_command, submit, test_only, wait)
-from .render import ENGINES_TEMPLATE, TEMPLATE_DIR, render, render_engines, template_text, write_script
+from .render import (ENGINES_TEMPLATE, TEMPLATE_DIR, engines_script, render, render_engines, template_text,
+                     write_script)
 from .presubmit import check_accepted, preview
 from .spec import (PROFILE_VARIABLE, PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobSpec, Profile, day_profile, job_id_of,
                    validate, workshop_profile)
@@ -46,7 +47,7 @@ from .spec import (PROFILE_VARIABLE, PROFILES, SCRIPT_TEMPLATES, TEMPLATES, JobS
 __all__ = [
     "ENGINES_TEMPLATE", "PROFILE_VARIABLE", "PROFILES", "SCRIPT_TEMPLATES", "TEMPLATES", "TEMPLATE_DIR", "TERMINAL",
     "JobInfo", "JobSpec", "Profile", "add_cli", "add_render_arguments", "cancel", "check_accepted", "class_job",
-    "class_preview", "class_run_dir", "day_profile",
+    "class_preview", "class_run_dir", "day_profile", "engines_script",
     "checkpoint_dir", "job_id_of", "job_info", "log_path", "parse_scontrol", "preview", "read_log", "read_result",
     "render", "render_engines", "result_path", "run_command", "submit", "template_text", "test_only", "validate",
     "wait", "workshop_profile", "write_script",

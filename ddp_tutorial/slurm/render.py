@@ -339,6 +339,14 @@ def render_engines(spec: JobSpec, engine_command: str = "{program_and_args}", la
     return fill(template_text("ipengines", lang), gaps, escape=_double_braces, raw={"engines": engine_command})
 
 
+def engines_script(spec: JobSpec, lang: str | None = None) -> str:
+    """The engine script as ``sbatch`` receives it: :func:`render_engines` after ipyparallel's own
+    :meth:`str.format` pass (every doubled brace single again: ``${NCCL_DEBUG:-WARN}``), with the engine
+    command it fills in shown as ``{program_and_args}``. What 05 shows where there is no cluster (issue 49:
+    it showed the template, ``${{NCCL_DEBUG:-WARN}}``)."""
+    return render_engines(spec, lang=lang).format(program_and_args="{program_and_args}")
+
+
 def write_script(text: str, path: os.PathLike | str) -> Path:
     """Write a rendered script (executable, atomically) and return its path."""
     path = Path(path)
