@@ -159,8 +159,9 @@ def test_nccl_keeps_torchs_async_error_handling_and_says_a_setup_error_is_nccls(
 
 NCCL_WORLD_ONE = """
 import torch, torch.distributed as dist
-from datetime import timedelta
 from ddp_tutorial.ipp.remote import join
+from ddp_tutorial.preemption import StopRequest
+from ddp_tutorial.train import control_group, stop_vote
 from ddp_tutorial.whoami import resolve_environment
 from ddp_tutorial.device_rule import choose_device, choose_backend
 env = resolve_environment(environ={})
@@ -168,10 +169,9 @@ device = choose_device("cuda", env)
 backend = choose_backend("auto", device)
 assert backend == "nccl", backend
 join(env, backend, 60, device)
-group = dist.new_group(backend="gloo", timeout=timedelta(seconds=60))   # as train.py step 4
+group = control_group(backend, 60)        # train.py's gloo side group beside nccl
 assert dist.get_backend(group) == "gloo"
-flag = torch.ones(1)
-dist.all_reduce(flag, group=group)       # the stop vote: a CPU tensor on the gloo side group
+assert not stop_vote(StopRequest(), group)   # the stop vote: a CPU tensor on the gloo side group
 x = torch.ones(4, device=device)
 dist.all_reduce(x)                        # the gradients' way: nccl on the GPU
 dist.barrier(group=group)

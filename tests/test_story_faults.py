@@ -119,34 +119,33 @@ def test_repeated_sigusr1_still_ends_in_exit_75(mnist_root, tmp_path):
 # -- issue 24: the side group honours --timeout --------------------------------------------------------
 
 SIDE_GROUP = """
-import sys, time, torch, torch.distributed as dist
-from datetime import timedelta
-from ddp_tutorial.process_group import join
+import os, sys, time, torch
+from ddp_tutorial.preemption import StopRequest
+from ddp_tutorial.train import control_group, in_process_group, stop_vote
 from ddp_tutorial.whoami import resolve_environment
 rank = int(sys.argv[1])
 env = resolve_environment(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=int(sys.argv[2]))
-join(env, "gloo", 60)
-side = dist.new_group(backend="gloo", timeout=timedelta(seconds=3))   # as train.py step 4 (nccl + gloo)
-flag = torch.ones(1)
-dist.all_reduce(flag, group=side)        # both ranks: the side group works
-assert flag.item() == 2
-if rank == 1:
-    time.sleep(40)                        # rank 1 stops voting
-    sys.exit(0)
-started = time.monotonic()
-try:
-    dist.all_reduce(flag, group=side)
-except Exception:
-    print(f"TIMED-OUT after {time.monotonic() - started:.1f}")
-    sys.exit(0)
-print("NO-TIMEOUT")
+with in_process_group(env, "gloo", torch.device("cpu"), 60, lambda error, backend: None):
+    side = control_group("nccl", 3)      # train.py's side group beside nccl (gloo, --timeout 3), here beside gloo
+    assert side is not None and not stop_vote(StopRequest(), side)   # both ranks vote: the side group works
+    if rank == 1:
+        time.sleep(40)                   # rank 1 stops voting
+        os._exit(0)
+    started = time.monotonic()
+    try:
+        stop_vote(StopRequest(), side)
+    except Exception:
+        print(f"TIMED-OUT after {time.monotonic() - started:.1f}", flush=True)
+        os._exit(0)
+    print("NO-TIMEOUT", flush=True)
 """
 
 
 def test_the_side_group_honours_the_timeout_at_world_two():
-    """train.py builds the gloo side group beside nccl; here (no GPU) it is built beside gloo, at world
-    size 2: a vote that one rank never joins fails after the group's timeout, not torch's 30 minutes.
-    (Beside a device-bound nccl init it runs in benchmarks/gpu.py on a GPU machine.)"""
+    """train.py's stop vote on the gloo side group it builds beside nccl (``control_group``,
+    ``stop_vote``); here (no GPU) the side group is built beside gloo, at world size 2: a vote that one
+    rank never joins fails after the group's timeout, not torch's 30 minutes. (Beside a device-bound
+    nccl init: tests/test_device_rule.py on a GPU, and benchmarks/gpu.py on two.)"""
     port = str(find_free_port())
     procs = [subprocess.Popen([sys.executable, "-c", SIDE_GROUP, str(r), port], env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
