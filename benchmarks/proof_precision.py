@@ -11,6 +11,9 @@ batches, 512 samples of the training set, one epoch, SGD lr 0.1. Printed per cap
 * ``mistake``: the same against a replay that leaves rank 1's batch out of every step — the size of
   a real mistake, for the tolerance's other side.
 
+``measure(..., replayed=("float64",))`` replays only those types (the tests check float64's figures and
+only the weights' type of the float32 run): the other types get ``weights_dtype`` and ``ranks_equal``.
+
 Each capability runs in its own interpreter (torch reads ``ATEN_CPU_CAPABILITY`` when it starts;
 a value above what the CPU has falls back to the CPU's own). The figures in 08's text and in
 ``ddp_tutorial.exercises.capstone.EXACT`` come from this command. Needs a staged MNIST or
@@ -64,8 +67,9 @@ def _rank(rank: int, ports: list, root: str, folder: str) -> None:
                    os.path.join(folder, f"result-{dtype}-{rank}.pt"))
 
 
-def measure_here(root: str) -> dict:
-    """This interpreter's capability: {dtype: {"gap": …, "mistake": …}}."""
+def measure_here(root: str, replayed=DTYPES) -> dict:
+    """This interpreter's capability: {dtype: {"gap": …, "mistake": …}} (both figures for the types in
+    ``replayed``; every type's ``weights_dtype`` and ``ranks_equal``)."""
     import torch
     import torch.multiprocessing as mp
 
@@ -77,22 +81,24 @@ def measure_here(root: str) -> dict:
         found = {}
         for dtype in DTYPES:
             r0, r1 = (torch.load(os.path.join(folder, f"result-{dtype}-{rank}.pt")) for rank in (0, 1))
+            found[dtype] = {"weights_dtype": str(r0["weights"].dtype).replace("torch.", ""),
+                            "ranks_equal": bool(torch.equal(r0["weights"], r1["weights"]))}
+            if dtype not in replayed:
+                continue
             replay = capstone.in_float64(capstone.replay) if dtype == "float64" else capstone.replay
             same = replay(root, LIMIT, LR, [r0["batches"], r1["batches"]])
             wrong = replay(root, LIMIT, LR, [r0["batches"]])  # a mistake: rank 1's batch left out
-            found[dtype] = {"gap": (r0["weights"] - same).abs().max().item(),
-                            "mistake": (r0["weights"] - wrong).abs().max().item(),
-                            "weights_dtype": str(r0["weights"].dtype).replace("torch.", ""),
-                            "ranks_equal": bool(torch.equal(r0["weights"], r1["weights"]))}
+            found[dtype].update(gap=(r0["weights"] - same).abs().max().item(),
+                                mistake=(r0["weights"] - wrong).abs().max().item())
         return found
 
 
-def measure(capability: str, root: str) -> dict:
+def measure(capability: str, root: str, replayed=DTYPES) -> dict:
     """``measure_here`` in a fresh interpreter under ``ATEN_CPU_CAPABILITY=capability``."""
     code = ("import json, sys; from benchmarks.proof_precision import measure_here; "
-            "print('RESULT ' + json.dumps(measure_here(sys.argv[1])))")
+            "print('RESULT ' + json.dumps(measure_here(sys.argv[1], sys.argv[2:])))")
     env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
-    done = subprocess.run([sys.executable, "-c", code, root], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code, root, *replayed], env=env, capture_output=True, text=True,
                           timeout=600, cwd=Path(__file__).resolve().parent.parent)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

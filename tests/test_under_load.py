@@ -7,11 +7,13 @@ held an engine-count line. The causes, each tested here with real processes:
 * a rank whose function needs no collective closed the process group while a starved peer was still
   inside its ``init_process_group`` (gloo connects the peer's side last); the peer then failed with
   "Connection closed by peer". A peer starved for real (SIGSTOP/SIGCONT, 20 ms of every 22) meets it
-  within a second on the old code; :func:`ddp_tutorial.ipp.remote.every_rank_joined` waits for it;
+  within a second on the old code; :func:`ddp_tutorial.ipp.joined.every_rank_joined` waits for it;
 * the engine count was printed every 5 s into the cell's output in a kernel under nbval, so a checked
   cell that started engines showed it only when the start was slow; such a kernel shows none now;
 * 03's engine cells under nbval, and the fault test that failed under load (SIGUSR1 while a worker
-  imports torch), beside four busy processes per core, started and killed here.
+  imports torch), beside four busy processes per core, started and killed here. Loops and tested processes
+  share one core's time in a CPU group where one can be made (tests/helpers/cpu_group.py: root, a cgroup
+  ``cpu`` controller), so the rest of the machine (the other pytest-xdist worker) is not starved with them.
 """
 
 from __future__ import annotations
@@ -29,24 +31,35 @@ from pathlib import Path
 
 import pytest
 
+from cpu_group import cpu_group
+
 REPO = Path(__file__).resolve().parents[1]
 BUSY_PER_CORE = 4
 
 
 @contextlib.contextmanager
 def busy_processes(per_core: int = BUSY_PER_CORE):
-    """``per_core`` × cores shell loops that never sleep, each in its own session; all killed at the end."""
-    count = per_core * (os.cpu_count() or 1)
-    loops = []
-    try:
-        for _ in range(count):
-            loops.append(subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True))
-        yield loops
-    finally:
-        for loop in loops:
-            loop.kill()
-        for loop in loops:
-            loop.wait()
+    """``per_core`` shell loops that never sleep for every core of a one-core CPU group (the group is yielded:
+    the tested processes start in it), or of the machine where none can be made (None is yielded); each loop in
+    its own session; all killed at the end, and the group's last processes with it."""
+    with cpu_group(1) as group:
+        loop = ["sh", "-c", "while :; do :; done"]
+        loops = []
+        try:
+            for _ in range(per_core * (group.cores if group else os.cpu_count() or 1)):
+                loops.append(subprocess.Popen(group.command(loop) if group else loop, start_new_session=True))
+            yield group
+        finally:
+            for process in loops:
+                process.kill()
+            for process in loops:
+                process.wait()
+
+
+def beside(group) -> str:
+    """How many loops the tested processes had beside them, for the printed line."""
+    cores = group.cores if group else os.cpu_count() or 1
+    return f"{BUSY_PER_CORE * cores} busy processes on {cores} core(s)" + (" (a CPU group)" if group else "")
 
 
 def read_line(process: subprocess.Popen, timeout: float) -> str:
@@ -189,10 +202,11 @@ def test_03s_engine_cells_pass_nbval_beside_busy_processes(tmp_path):
     nbformat.write(nb, copy)
     env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
                DDP_TUTORIAL_UNWATCHED="1")  # as notebooks/conftest.py gives nbval's kernels
-    with busy_processes():
+    with busy_processes() as group:
         began = time.monotonic()
-        run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                                "-p", "no:randomly", str(copy)], cwd=tmp_path, env=env, text=True,
+        nbval = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider", "-p", "no:randomly",
+                 str(copy)]
+        run = subprocess.Popen(group.command(nbval) if group else nbval, cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             output = run.communicate(timeout=240)[0]
@@ -202,15 +216,14 @@ def test_03s_engine_cells_pass_nbval_beside_busy_processes(tmp_path):
                 run.wait()
         took = time.monotonic() - began
     assert run.returncode == 0, output
-    print(f"03's engine cells under nbval beside {BUSY_PER_CORE * (os.cpu_count() or 1)} busy processes: "
-          f"{took:.1f} s")
+    print(f"03's engine cells under nbval beside {beside(group)}: {took:.1f} s")
 
 
 def test_sigusr1_while_a_worker_imports_torch_beside_busy_processes(mnist_root, tmp_path):
     """The fault test that failed at load 10–20 (rc −10: SIGUSR1 before any handler), beside 4 busy
     processes per core."""
     from test_faults import test_sigusr1_while_a_train_worker_imports_torch_is_kept_not_fatal as fault
-    with busy_processes():
+    with busy_processes() as group, group.joined() if group else contextlib.nullcontext():
         began = time.monotonic()
-        fault(mnist_root, tmp_path)
-    print(f"SIGUSR1 while importing torch, beside busy processes: {time.monotonic() - began:.1f} s")
+        fault(mnist_root, tmp_path)  # this process and what it starts share the group's core with the loops
+    print(f"SIGUSR1 while importing torch, beside {beside(group)}: {time.monotonic() - began:.1f} s")
