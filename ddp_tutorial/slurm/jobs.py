@@ -211,7 +211,8 @@ def wait(job_id, timeout: Optional[float] = None, poll: float = 2.0, env: Option
          forgotten_after: float = FORGOTTEN_AFTER_S) -> JobInfo:
     """Poll until the job has finished (COMPLETED, FAILED, …); return its final :class:`JobInfo`.
 
-    A requeued job passes through PENDING again and is waited for to the end. ``on_change`` is
+    A requeued job passes through PENDING again and is waited for to the end (a preempted one too: SLURM shows
+    PREEMPTED only for a job it does not requeue, :data:`TERMINAL`). ``on_change`` is
     called whenever the state changes (the CLI prints it). Each poll is a request to slurmctld, so
     the interval backs off: ``poll`` seconds after a change, doubling while nothing changes, up to
     ``max_poll`` (30 workshop attendees waiting on one job each ask ≈1 request/s, not 15).
