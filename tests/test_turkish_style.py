@@ -3,19 +3,19 @@
 
 The texts: every message of ``tr.toml``; every ``docs/**/*.tr.md`` page and ``TRANSLATING.tr.md``; README's
 Turkish half and its *Atölye* paragraph; the Turkish lines of the bilingual pages ``slurm/README.md``,
-``notebooks/README.md`` and ``benchmarks/README.md``; the ``=== md tr`` blocks of ``notebooks/src/*.cells`` and the
-Turkish half of every ``⟪Türkçe‖English⟫`` (code cells, exercises, sbatch templates, the renderer); the Turkish
-lines of ``scripts/*.sh`` and ``ondemand/``. A Turkish notebook's stored outputs are read through their sources:
-its markdown is an ``=== md tr`` block, its printed text a ``⟪…‖…⟫`` half or a message of ``tr.toml`` (an
-output changes only when the notebooks are re-executed; its source is checked at once).
+``notebooks/README.md``, ``benchmarks/README.md`` and ``docs/reliability.md``; the ``=== md tr`` blocks of
+``notebooks/src/*.cells`` and the Turkish half of every ``⟪Türkçe‖English⟫`` (code cells, exercises, sbatch
+templates, the renderer); the Turkish lines of ``scripts/*.sh`` and ``ondemand/``. A Turkish notebook's
+stored outputs are read through their sources: its markdown is an ``=== md tr`` block, its printed text a
+``⟪…‖…⟫`` half or a message of ``tr.toml`` (an output changes only when the notebooks are re-executed; its source
+is checked at once).
 
 What a program prints in Turkish is checked live too: the job preview and the rendered job script of the class's
 job (``DDP_TUTORIAL_LANG=tr``, TRUBA's table and the generic profile) and the help of every ``ddp-tutorial``
 command, for the sheet's terms and for English words (a word of ``en.toml`` that ``tr.toml`` never uses).
 
 How the sheet's column is read, and the allowed exceptions with their reasons, are written in the sheet
-(section *Denetim*), not here. Not read yet: the Turkish columns of ``docs/reliability.md`` (the lead's; about
-130 breaches wait for one pass, listed in issue 49's report).
+(section *Denetim*), not here.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class Sheet:
 # ── the texts ─────────────────────────────────────────────────────────────────────────────────
 
 #: Pages whose two languages sit side by side: read whole (the sheet's items are Turkish words).
-BILINGUAL_PAGES = ("slurm/README.md", "notebooks/README.md", "benchmarks/README.md")
+BILINGUAL_PAGES = ("slurm/README.md", "notebooks/README.md", "benchmarks/README.md", "docs/reliability.md")
 
 
 def _messages(lang: str) -> dict:
