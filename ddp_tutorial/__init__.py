@@ -5,11 +5,15 @@ Reading order (the story first, then what it calls, then how it is started):
 1. ``train.py``   — the whole DDP story in one module, top to bottom, every ``torch.distributed``
                     call in torch's own words: who am I → device and backend → data in memory →
                     ``init_process_group`` → ``DistributedSampler`` → ``DistributedDataParallel`` →
-                    the loop → ``all_gather`` of the losses → rank-0 test → ``destroy_process_group``.
+                    the loop (``run_epoch``, ``run_batch``, ``stop_vote``) → ``all_gather`` of the losses →
+                    rank-0 test → ``destroy_process_group``.
 2. ``whoami.py`` (step 1), ``device_rule.py`` (step 2), ``data.py`` (3), ``process_group.py`` (4),
-   ``sampling.py`` (5), ``model.py`` (6), ``evaluate.py`` (9) — the pieces, numbered as the story's steps.
-3. ``runstate.py`` (the run's checks, SIGUSR1, printing), ``resume.py`` (``--resume``, checkpoints),
-   ``meter.py`` (losses, clock, progress bar, result) — the chores beside the story, each complete when built.
+   ``model.py`` (6), ``optim.py`` (the optimizer and its learning rate), ``evaluate.py`` (9) — the pieces,
+   numbered as the story's steps (step 5, the sampler, is torch's own ``DistributedSampler``, written in train.py;
+   ``sampling.py`` shows what it does for notebook 02 and the exercises).
+3. ``runstate.py`` (the run's ``with`` block: checks before the rendezvous, SIGUSR1, printing), ``resume.py``
+   (``--resume``, checkpoints), ``meter.py`` (losses, clock, progress bar, result) — the chores beside the
+   story, each given what it uses, never the run itself.
 4. Launchers: ``spawn.py`` (the seed's per-node parent) on ``supervisor.py``, ``ipp`` (notebook
    engines), ``slurm`` (sbatch scripts), ``cli.py`` (``ddp-tutorial …``).
 
