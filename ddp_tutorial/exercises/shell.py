@@ -5,6 +5,7 @@ its simple commands with the blocks around them, and the port a ``MASTER_PORT=�
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 _KEYWORDS = {"if", "then", "do", "else", "elif", "while", "until", "!", "{", "(", "time"}
@@ -95,53 +96,106 @@ class Command(NamedTuple):
 
 
 _CASE_PATTERN = re.compile(r"^\(?([^()]*)\)$")  # a case branch's pattern: 75) or (75)
+_OPENERS = ("if", "while", "until", "for", "case")
+_CLOSERS = ("fi", "done", "esac", "}")
+_LOOPS = ("while", "until", "for")
+
+
+@dataclass
+class _Block:
+    """A block the walk is in: an if, a loop, a case or ``{ … }``."""
+    kind: str                # if, while, until, for, case or {
+    condition: str | None    # an if's condition (growing until its then), a case branch's SUBJECT == PATTERN
+    complete: bool           # whether the condition is read in full (an if's ``then`` reached)
+    subject: str = ""        # a case's subject, kept for every branch
+
+    def guard(self):
+        """The condition the commands inside stand under; ``None`` where there is none (a loop, an else)."""
+        return self.condition if self.kind in ("if", "case") and self.condition and self.complete else None
+
+
+# Each step reads one shell construct at the head of a simple command's words: it updates the blocks and
+# gives back the words still to read (the same list where the construct is not there, [] when none are left).
+
+def _open_block(blocks, operator, words):
+    """``if``, a loop, ``{`` (or a line ending in one: ``name() {``) and ``case SUBJECT in`` open a block;
+    a case's first branch may follow on the same command."""
+    first = words[0]
+    if first not in _OPENERS and first != "{" and words[-1] != "{":
+        return words
+    kind = first if first in _OPENERS else "{"
+    blocks.append(_Block(kind, None, complete=kind != "if"))
+    if kind != "case":
+        return []
+    blocks[-1].subject = words[1] if len(words) > 1 else ""
+    return words[3:] if len(words) > 2 and words[2] == "in" else []
+
+
+def _close_block(blocks, operator, words):
+    """``fi``, ``done``, ``esac`` and ``}`` close the innermost block."""
+    if words[0] not in _CLOSERS:
+        return words
+    if blocks:
+        blocks.pop()
+    return []
+
+
+def _else_branch(blocks, operator, words):
+    """``elif`` starts a new condition; ``else`` runs under none."""
+    if words[0] not in ("elif", "else") or not blocks:
+        return words
+    blocks[-1].condition, blocks[-1].complete = (None, False) if words[0] == "elif" else ("", True)
+    return []
+
+
+def _then(blocks, operator, words):
+    """``then`` ends an if's condition."""
+    if words[0] != "then" or not blocks or blocks[-1].kind != "if":
+        return words
+    blocks[-1].complete = True
+    return []
+
+
+def _if_condition(blocks, operator, words):
+    """A command before an if's ``then`` is part of its condition, joined with the operator before it."""
+    if not blocks or blocks[-1].kind != "if" or blocks[-1].complete or words[0] in _KEYWORDS - {"!"}:
+        return words
+    blocks[-1].condition = " ".join(filter(None, (blocks[-1].condition, operator, *words)))
+    return []
+
+
+def _case_branch(blocks, operator, words):
+    """``PATTERN)`` in a case starts a branch: ``SUBJECT == PATTERN``; its command may follow."""
+    pattern = _CASE_PATTERN.match(words[0]) if blocks and blocks[-1].kind == "case" else None
+    if not pattern:
+        return words
+    blocks[-1].condition = f"{blocks[-1].subject} == {pattern.group(1)}"
+    return words[1:]
+
+
+def _keyword(blocks, operator, words):
+    """Any other keyword (``do``, ``time``, ``(``, a stray ``for`` …) is no command of its own."""
+    return [] if words[0] in _KEYWORDS or words[0] in ("for", "case") else words
+
+
+_STEPS = (_open_block, _close_block, _else_branch, _then, _if_condition, _case_branch, _keyword)
 
 
 def walk(text):
     """Every simple command of the script, in order, with the loops, ifs and case branches around it. An if's
     condition is its commands up to ``then``, joined with their operators (``[ … ] || [ … ]``); a case branch's
     is ``SUBJECT == PATTERN``."""
-    # blocks: [kind, condition, complete]; an if's condition grows until its `then`
     blocks, walked = [], []
     for number, code in code_lines(text):
         for operator, words in _commands(code):
-            first = words[0]
-            if first in ("if", "while", "until", "for", "case") or first == "{" or words[-1] == "{":
-                kind = first if first in ("if", "while", "until", "for", "case") else "{"
-                blocks.append([kind, None, kind != "if"])
-                if kind == "case":  # case SUBJECT in [PATTERN) COMMAND]: the subject kept for every branch
-                    blocks[-1].append(words[1] if len(words) > 1 else "")
-                    words = words[3:] if len(words) > 2 and words[2] == "in" else []
-                    if not words:
-                        continue
-                    first = words[0]
-                elif first != "for":
-                    continue
-            if first in ("fi", "done", "esac", "}"):
-                if blocks:
-                    blocks.pop()
-                continue
-            if first in ("elif", "else") and blocks:
-                blocks[-1][1:3] = [None, False] if first == "elif" else ["", True]
-                continue
-            if first == "then" and blocks and blocks[-1][0] == "if":
-                blocks[-1][2] = True
-                continue
-            if blocks and blocks[-1][0] == "if" and not blocks[-1][2] and (first not in _KEYWORDS or first == "!"):
-                blocks[-1][1] = " ".join(filter(None, (blocks[-1][1], operator, *words)))
-                continue
-            if blocks and blocks[-1][0] == "case" and _CASE_PATTERN.match(first):
-                blocks[-1][1] = f"{blocks[-1][3]} == {_CASE_PATTERN.match(first).group(1)}"
-                words = words[1:]
+            for step in _STEPS:
+                words = step(blocks, operator, words)
                 if not words:
-                    continue
-                first = words[0]
-            if first in _KEYWORDS or first in ("for", "case"):
-                continue
-            walked.append(Command(number, code, words, depth=len(blocks),
-                                  loops=sum(block[0] in ("while", "until", "for") for block in blocks),
-                                  guards=tuple(block[1] for block in blocks if block[0] in ("if", "case")
-                                               and block[1] and block[2])))
+                    break
+            else:
+                walked.append(Command(number, code, words, depth=len(blocks),
+                                      loops=sum(block.kind in _LOOPS for block in blocks),
+                                      guards=tuple(filter(None, (block.guard() for block in blocks)))))
     return walked
 
 
