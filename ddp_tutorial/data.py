@@ -22,8 +22,8 @@ import torch
 
 from .datasets import CLASSES
 from .i18n import TutorialError
-from .staging import (ALL_FILES, check, check_name, file_names, prepare,  # noqa: F401  (re-exported)
-                      prepare_command, raw_folder)
+from .staging import (ALL_FILES, check, file_names, prepare, prepare_command,  # noqa: F401  (re-exported)
+                      raw_folder)
 from .staging import HEIGHT, IMAGE_HEADER, LABEL_HEADER, WIDTH
 
 
@@ -85,9 +85,9 @@ class InMemoryData:
 def load(dataset: str, root: Path, train: bool = True) -> InMemoryData:
     """The train (or test) split of a staged data set, in memory. Never downloads."""
     root = Path(root).expanduser()
-    check(dataset, root)  # clear errors for missing or damaged files, before reading them
+    check(dataset, root)  # clear errors for an unknown name, missing or damaged files, before reading them
     folder = raw_folder(dataset, root)
     image_file, label_file = file_names("train" if train else "t10k")
     labels = read_idx(folder / label_file, header=LABEL_HEADER).long()
     images = read_idx(folder / image_file, header=IMAGE_HEADER).view(len(labels), HEIGHT, WIDTH)
-    return InMemoryData(images=images, labels=labels, classes=list(CLASSES[check_name(dataset)]), name=dataset)
+    return InMemoryData(images=images, labels=labels, classes=list(CLASSES[dataset]), name=dataset)

@@ -46,8 +46,8 @@ def rendezvous_errors(env: DistEnv, timeout_seconds: float):
     def give_up():
         if done.wait(timeout_seconds + WATCHDOG_GRACE_SECONDS):
             return
-        message = t("pg.timeout", timeout=timeout_seconds, detail=t("pg.no_answer"), **fields)
-        print(f"{t('error.prefix')} (rank {env.rank}): {message}", file=sys.stderr, flush=True)
+        stuck = TutorialError("pg.timeout", timeout=timeout_seconds, detail=t("pg.no_answer"), **fields)
+        print(f"{t('error.prefix')} (rank {env.rank}): {stuck}", file=sys.stderr, flush=True)
         os._exit(exits.USER_ERROR)  # the rendezvous is stuck in C++: nothing else can end it
 
     ensure_open_files(env.world_size)  # a torchrun/srun rank: no launcher of ours checked ulimit -n
