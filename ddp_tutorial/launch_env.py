@@ -20,6 +20,7 @@ stands (no torch import: the launchers, the ipyparallel engines and the sbatch d
 | ``SLURM_GPUS_PER_TASK`` | ``--gpus-per-task`` | GPUs bound to each task (each task then sees its own as device 0) |
 | ``SLURM_GPUS_ON_NODE`` | ``--gres``/``--gpus`` | GPUs of the job on this node |
 | ``SLURM_NTASKS_PER_NODE`` / ``SLURM_CPUS_PER_TASK`` | sbatch | tasks per node, cores per task |
+| ``SLURM_STEP_ID`` / ``SLURM_STEPID`` | srun | the step's number; unset in the batch step (a forgotten srun) |
 | ``CUDA_VISIBLE_DEVICES`` | SLURM (gres), the user | which GPUs this process sees, renumbered from 0 |
 
 NCCL's own variables (``NCCL_DEBUG``, ``NCCL_SOCKET_IFNAME``) are set by the job templates
@@ -57,3 +58,5 @@ SLURM_GPUS_PER_TASK = "SLURM_GPUS_PER_TASK"
 SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
 SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 SLURM_CPUS_PER_TASK = "SLURM_CPUS_PER_TASK"
+SLURM_STEP_ID = "SLURM_STEP_ID"  # srun's step number; unset in the batch step (the job script itself)
+SLURM_STEPID = "SLURM_STEPID"    # the same, older name

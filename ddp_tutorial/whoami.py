@@ -332,6 +332,23 @@ def _check_placement(rank: int, world_size: int, local_rank: int, per_node: int)
                                                      world_size=world_size))
 
 
+def _started_without_srun(environ: Mapping[str, str], launcher, given: Given, world_size: int,
+                          num_nodes: int) -> bool:
+    """The job's batch script ran this process itself where SLURM's tasks were meant (a forgotten ``srun``):
+    the batch step has ``SLURM_JOB_ID`` and the job's ``SLURM_NTASKS``, with ``SLURM_PROCID`` 0, but no
+    ``SLURM_STEP_ID`` (srun sets it in every step). Read as rank 0 of them all, the process would wait for
+    the others until the job's time limit."""
+    if environ.get(launch_env.SLURM_JOB_ID, "") == "" or environ.get(launch_env.SLURM_PROCID, "") != "0":
+        return False
+    if environ.get(launch_env.SLURM_STEP_ID, "") != "" or environ.get(launch_env.SLURM_STEPID, "") != "":
+        return False
+    if launcher is Slurm:
+        return world_size > 1
+    if launcher is PerNodeParent:  # node and node count taken from SLURM's tasks (not given)
+        return given.node_rank is None and given.num_nodes is None and num_nodes > 1
+    return False
+
+
 def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = None,
                         local_rank: Optional[int] = None, nproc_per_node: Optional[int] = None,
                         node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
@@ -344,6 +361,9 @@ def resolve_environment(rank: Optional[int] = None, world_size: Optional[int] = 
     rank, world_size, local_rank, per_node, node_rank, num_nodes = launcher.read(environ, given)
     _check_placement(rank, world_size, local_rank, per_node)
     addr, port = _master(environ, world_size, master_addr, master_port)
+    if _started_without_srun(environ, launcher, given, world_size, num_nodes):
+        tasks = env_int(environ, launch_env.SLURM_NTASKS) or env_int(environ, launch_env.SLURM_NPROCS)
+        raise TutorialError("env.no_srun", tasks=tasks, nodes=num_nodes)
     return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=per_node,
                    node_rank=node_rank, num_nodes=num_nodes, master_addr=addr, master_port=port,
                    scheme=launcher.scheme)

@@ -81,7 +81,7 @@ def test_every_launcher_gives_the_same_model(mnist_root, tmp_path):
 
     # srun -N 2 -n 2 python -m ddp_tutorial.spawn --nproc-per-node 2: SLURM_PROCID names the node.
     job = {"SLURM_JOB_ID": str(40000 + os.getpid() % 1000), "SLURM_NPROCS": "2", "SLURM_NTASKS": "2",
-           "SLURM_JOB_NODELIST": "localhost"}
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_ID": "0"}  # srun's step, not the batch script
     nodes = []
     for node in range(2):
         env = dict(os.environ, PYTHONUNBUFFERED="1", SLURM_PROCID=str(node), SLURM_LOCALID="0",

@@ -48,11 +48,13 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
     if train_args and train_args[0] == "--":
         train_args = train_args[1:]
     run_dir = args.run_dir
+    workdir = args.workdir
     if args.workdir is not None:  # the job starts there (#SBATCH --chdir): its log folder is there too
-        workdir = _absolute(args.workdir)
-        if workdir is not None and (run_dir is None or not os.path.isabs(run_dir)):
-            run_dir = os.path.join(from_here("--workdir", args.workdir, workdir),
-                                   run_dir if run_dir is not None else JobSpec().run_dir)
+        absolute = _absolute(args.workdir)
+        if absolute is not None:  # absolute, so that sbatch run from another folder starts it there too
+            workdir = from_here("--workdir", args.workdir, absolute)
+        if absolute is not None and (run_dir is None or not os.path.isabs(run_dir)):
+            run_dir = os.path.join(workdir, run_dir if run_dir is not None else JobSpec().run_dir)
     elif run_dir is not None and not os.path.isabs(run_dir):
         run_dir = from_here("--run-dir", run_dir, os.path.abspath(run_dir))  # the job may start elsewhere
     script = args.script
@@ -60,8 +62,9 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
         plain_text("--script", script)
         script = own_script_path(script, args.workdir)
     given = {f.name: getattr(args, f.name, None) for f in fields(JobSpec) if f.metadata.get("flag")}
-    given.update(run_dir=run_dir, modules=tuple(args.modules or ()), env=tuple(env), script=script,
-                 requeue=True if args.requeue else None, train_args=tuple(train_args), **job_options_of(args))
+    given.update(workdir=workdir, run_dir=run_dir, modules=tuple(args.modules or ()), env=tuple(env),
+                 script=script, requeue=True if args.requeue else None, train_args=tuple(train_args),
+                 **job_options_of(args))
     spec = JobSpec.from_profile(args.profile or workshop_profile(), **given)
     if script is not None and spec.template in ("per-gpu", "torchrun"):  # the seed's: refused by validate()
         check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
