@@ -46,8 +46,10 @@ from .i18n import language, t
 #: WORLD_SIZE when it is called, so they are read then; ``sys.argv``/``sys.path[0]`` become those of
 #: ``python SCRIPT ARGS``. ``{messages}`` is filled at render time with the job's one-line messages: each
 #: on its own line as a quoted string, like an echo text (the shell code is otherwise the same in every
-#: language; no comment inside, since the job's comments are in its language).
-RUNNER = r'''import importlib.machinery, inspect, os, runpy, sys
+#: language; no comment inside, since the job's comments are in its language). ``record`` writes the rank's own
+#: exit code, with the time it ended, to ``$DDP_TUTORIAL_EXIT_DIR/rank-RANK`` (the job's footer reads them: the
+#: first rank that failed, not srun's 143 for the ranks it stopped); a rank killed by a signal writes nothing.
+RUNNER = r'''import importlib.machinery, inspect, os, runpy, sys, time
 MESSAGES = {messages}
 MEANT = "" if os.environ.get("DDP_TUTORIAL_RANK_CHECK_OFF") == "1" else os.environ.get("DDP_TUTORIAL_CONVENTION", "")
 GIVEN = (os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
@@ -59,6 +61,20 @@ def number(value):
         return str(int(value))
     except (TypeError, ValueError):
         return str(value)
+
+
+def record(code):
+    where = os.environ.get("DDP_TUTORIAL_EXIT_DIR")
+    if not where or os.getpid() != STARTER:
+        return
+    rank = os.environ.get("RANK", "?")
+    path = os.path.join(where, "rank-" + rank)
+    try:
+        with open(os.path.join(where, ".rank-" + rank), "w") as out:
+            out.write("%d %s %d\n" % (time.time_ns(), rank, code))
+        os.replace(os.path.join(where, ".rank-" + rank), path)
+    except OSError:
+        pass
 
 
 def checked(real):
@@ -78,6 +94,7 @@ def checked(real):
                 sys.stderr.write("!! " + MESSAGES[MEANT].format(rank=rank, world=world, given_rank=GIVEN[0],
                                                                 given_world=GIVEN[1]) + "\n")
                 sys.stderr.flush()
+                record(2)
                 os._exit(2)
         return real(*args, **kwargs)
 
@@ -111,7 +128,15 @@ class PatchOnImport:
 sys.argv = sys.argv[1:]
 sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
 sys.meta_path.insert(0, PatchOnImport())
-runpy.run_path(sys.argv[0], run_name="__main__")
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as stop:
+    record(0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1)
+    raise
+except BaseException:
+    record(1)
+    raise
+record(0)
 '''
 
 #: The message of each convention a job can mean (literal keys: grep finds every use).

@@ -231,6 +231,9 @@ def _cmd_result(args) -> int:
             return 1
         print(t("slurm.own_script_finished", job_id=outcome["job_id"], code=outcome["exit_code"],
                 source=outcome["source"]), file=sys.stderr)
+        if "failed_rank" in outcome:
+            print(t("slurm.own_script_rank_failed", rank=outcome["failed_rank"], code=outcome["exit_code"],
+                    srun_code=outcome["srun_exit_code"]), file=sys.stderr)
         return 0 if outcome["exit_code"] == 0 else 1
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0

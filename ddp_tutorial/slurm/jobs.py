@@ -367,6 +367,20 @@ def finished_lines() -> re.Pattern:
     return re.compile(r"^(?:" + "|".join(lines) + r")\s*$", re.M)
 
 
+@functools.lru_cache(maxsize=None)
+def rank_failed_lines() -> List[re.Pattern]:
+    """The line a user-script job writes before its last one when a rank failed and srun stopped the others
+    (``slurm_script.echo_rank_failed``, render.py's "rankcode"), one pattern per language: its ``rank``, its
+    ``code`` (the rank's own exit code, also in the last line) and ``srun_code`` (srun's, 143 for the stopped)."""
+    patterns = []
+    for lang in LANGUAGES:
+        pieces = re.split("\0(rank|code|srun_code)\0", t("slurm_script.echo_rank_failed", lang, rank="\0rank\0",
+                                                            code="\0code\0", srun_code="\0srun_code\0"))
+        text = "".join(re.escape(piece) if i % 2 == 0 else rf"(?P<{piece}>\d+)" for i, piece in enumerate(pieces))
+        patterns.append(re.compile("^" + text + r"\s*$", re.M))
+    return patterns
+
+
 OWN_FINISHED_WINDOW = 1 << 16  # the end of a log read for that line: it is the last thing the job script writes
 
 
@@ -398,10 +412,17 @@ def own_script_outcome(job_id, run_dir: Optional[str] = None,
     path = _where(job_id, info if run_dir is None else None, run_dir)
     text = _log_end(path)
     state = info.state if info is not None else "UNKNOWN"
-    found = [int(m.group(m.lastindex)) for m in finished_lines().finditer(text)]  # one group per language
+    found = list(finished_lines().finditer(text))
     if found:
-        return {"job_id": job_id, "own_script": True, "exit_code": found[-1], "source": "log",
-                "log": str(path), "state": state}
+        outcome = {"job_id": job_id, "own_script": True, "exit_code": int(found[-1].group(found[-1].lastindex)),
+                   "source": "log", "log": str(path), "state": state}  # one group per language
+        # the rank that failed first and srun's own code: the line just before the last finished line
+        before = text[:found[-1].start()].rstrip("\n")
+        for pattern in rank_failed_lines():
+            failed = pattern.search(before, before.rfind("\n") + 1)
+            if failed:
+                outcome.update(failed_rank=int(failed["rank"]), srun_exit_code=int(failed["srun_code"]))
+        return outcome
     command = (info.fields.get("Command") if info is not None else None) or ""
     try:
         own = bool(command) and re.search(r"^SCRIPT=", Path(command).read_text(errors="replace"), re.M) is not None

@@ -269,6 +269,23 @@ PROGRAMS = {
 }
 
 
+# Your script's job, after srun: the code of the rank that failed first (convention.py's runner wrote each
+# rank's own code and end time into EXIT_DIR; a rank that was stopped wrote none) replaces srun's, whose 143 is
+# that of the ranks it killed; when srun's code differs or a rank was stopped, one line names the rank, before
+# the finished line (jobs.py reads both back).
+_MAKE_EXIT_DIR = 'rm -rf "$EXIT_DIR" && mkdir -p "$EXIT_DIR" && export DDP_TUTORIAL_EXIT_DIR="$EXIT_DIR"'
+_RANK_CODE = """SRUN_STATUS=$STATUS
+EXITS=$(cat "$EXIT_DIR"/rank-* 2>/dev/null | sort -n)
+read -r _ FAILED_RANK RANK_CODE < <(awk '$3 != 0' <<< "$EXITS")
+if [ "$STATUS" -ne 0 ] && [ -n "${RANK_CODE:-}" ] && { [ "$RANK_CODE" -ne "$STATUS" ] ||
+        [ "$(grep -c . <<< "$EXITS")" -lt $((SLURM_NNODES * NPROC_PER_NODE)) ]; }; then
+    echo "{echo}"
+    STATUS=$RANK_CODE
+fi
+rm -rf "$EXIT_DIR"
+"""
+
+
 # What the job says about the run's files, the stop signal and a requeue: the package's training
 # writes RUN_DIR/result-ID.json and checkpoints, and resumes; your own script does what it does
 # (slurm/README.md shows the pattern that makes it checkpoint, exit 75 and resume).
@@ -277,7 +294,10 @@ PROGRAMS = {
 def _run_notes(own: bool, lang: str) -> Dict[str, str]:
     if own:
         return {
-            "runfiles": "\n".join(_comment("slurm_script.own_files", lang)),
+            "runfiles": "\n".join([*_comment("slurm_script.own_files", lang), *_comment("slurm_script.exit_dir", lang),
+                                   'EXIT_DIR="$RUN_DIR/.exit-$SLURM_JOB_ID"', _MAKE_EXIT_DIR]),
+            "rankcode": _RANK_CODE.replace("{echo}", t("slurm_script.echo_rank_failed", lang, rank="$FAILED_RANK",
+                                                       code="$RANK_CODE", srun_code="$SRUN_STATUS")),
             "stopnote": "\n".join(_comment("slurm_script.stop_own", lang)),
             "stopecho": t("slurm_script.echo_stop_own", lang),
             "finished": t("slurm_script.echo_finished_own", lang, code="$STATUS"),
@@ -295,6 +315,7 @@ def _run_notes(own: bool, lang: str) -> Dict[str, str]:
         "stopnote": "\n".join(_comment("slurm_script.stop_training", lang)),
         "stopecho": t("slurm_script.echo_stop_training", lang),
         "finished": t("slurm_script.echo_finished_training", lang, code="$STATUS"),
+        "rankcode": "",
         "exitnote": "\n".join(_comment("slurm_script.exit_training", lang)),
         "requeueecho": t("slurm_script.echo_requeue_training", lang),
     }
