@@ -3,11 +3,11 @@
 lines that need a GPU, but only a start that ends with exit code 0 shows that none is left.
 
 The script runs as one process of a one-process job: ``CUDA_VISIBLE_DEVICES=""`` and the launcher variables of
-both conventions (``RANK=0``, ``WORLD_SIZE=1``, ``SLURM_PROCID=0``, ``SLURM_NPROCS=1`` …, a free
-``MASTER_PORT``), none of the variables SLURM sets only for GPUs, in the current folder, with the script's own
-arguments (a dry start where it has one). Its output passes through as it comes. It runs in a session of its
-own with a time limit; at the end, whatever the end, that session is stopped with all its processes
-(``mp.spawn``'s children too), and it dies with this process if this one is killed.
+both conventions (``RANK=0``, ``WORLD_SIZE=1``, ``SLURM_PROCID=0``, ``SLURM_NPROCS=1``,
+``SLURM_CPUS_PER_TASK=1`` …, a free ``MASTER_PORT``), none of the variables SLURM sets only for GPUs, in the
+current folder, with the script's own arguments (a dry start where it has one). Its output passes through as
+it comes. It runs in a session of its own with a time limit; at the end, whatever the end, that session is
+stopped with all its processes (``mp.spawn``'s children too), and it dies with this process if this one is killed.
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def environment(base: Mapping[str, str], port: int) -> Dict[str, str]:
     env.update({"CUDA_VISIBLE_DEVICES": "", names.RANK: "0", names.LOCAL_RANK: "0", names.WORLD_SIZE: "1",
                 names.LOCAL_WORLD_SIZE: "1", names.MASTER_ADDR: "127.0.0.1", names.MASTER_PORT: str(port),
                 names.SLURM_PROCID: "0", names.SLURM_LOCALID: "0", names.SLURM_NODEID: "0", names.SLURM_NTASKS: "1",
-                names.SLURM_NPROCS: "1", names.SLURM_NNODES: "1", names.SLURM_NTASKS_PER_NODE: "1"})
+                names.SLURM_NPROCS: "1", names.SLURM_NNODES: "1", names.SLURM_NTASKS_PER_NODE: "1",
+                # what sbatch --cpus-per-task gives (e.g. a DataLoader's num_workers): 1, or the caller's own
+                names.SLURM_CPUS_PER_TASK: base.get(names.SLURM_CPUS_PER_TASK) or "1"})
     return env
 
 

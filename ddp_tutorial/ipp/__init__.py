@@ -166,16 +166,28 @@ def _takes_env(function: Callable) -> bool:
     return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters)
 
 
-def _reads_slurm_names(function: Callable) -> bool:
-    """Does the function's source read srun's names (SLURM_PROCID …) rather than only torchrun's?"""
+def _reading_of(function: Callable):
+    """The reading of the function's source (:mod:`ddp_tutorial.script_check`), or None without a source."""
     import inspect
     import textwrap
     from ..script_check import read_source
     try:
         source = inspect.getsource(function)
     except (OSError, TypeError):
+        return None
+    return read_source(textwrap.dedent(source), getattr(function, "__name__", "<function>"))
+
+
+def _gpus_on_node(report, engines: EngineSet, n: Optional[int]) -> bool:
+    """Code that reads ``SLURM_GPUS_ON_NODE`` with ``[]``: set on CPU engines too, said here in one line
+    before it runs (:func:`ddp_tutorial.script_check.reads_gpus_on_node`)."""
+    from ..script_check import gpus_on_node_note, reads_gpus_on_node
+    if report is None or not reads_gpus_on_node(report):
         return False
-    return read_source(textwrap.dedent(source)).convention in ("slurm", "either")
+    if engines.device != "cuda":
+        per_node = engines.per_node(0, engines.size if n is None else n)
+        print(gpus_on_node_note(report.path, per_node, "ipp"), flush=True)
+    return True
 
 
 def _checked_output(output: str) -> str:
@@ -223,12 +235,15 @@ def run(function: Callable, *args, n: Optional[int] = None, keep: bool = False, 
     if in_group and not _takes_env(function):
         raise TutorialError("ipp.group_needs_env", name=getattr(function, "__name__", repr(function)))
     argv = None if argv is None else [str(a) for a in argv]
+    report = _reading_of(function)
     if slurm_names is None:
-        slurm_names = _reads_slurm_names(function)
+        slurm_names = report is not None and report.convention in ("slurm", "either")
     engines = start(n, "cuda" if in_group and backend == "nccl" and device == "auto" else device)
+    gpus_on_node = _gpus_on_node(report, engines, n)
     return runner.launch(engines, n, keep, timeout,
                          lambda place: (remote.run_on_engine, (function, args, kwargs, backend, pg_timeout, place,
-                                                               in_group, argv, slurm_names)), output=output)
+                                                               in_group, argv, slurm_names, gpus_on_node)),
+                         output=output)
 
 
 def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bool = False,
@@ -257,6 +272,8 @@ def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bo
         slurm_names = report.convention in ("slurm", "either")
     argv = [str(a) for a in args]
     engines = start(n, device)
+    gpus_on_node = _gpus_on_node(report, engines, n)
     return runner.launch(engines, n, keep, timeout,
-                         lambda place: (remote.run_script_on_engine, (str(script), argv, place, bool(slurm_names))),
+                         lambda place: (remote.run_script_on_engine, (str(script), argv, place, bool(slurm_names),
+                                                                      gpus_on_node)),
                          output=output)

@@ -284,9 +284,11 @@ def train_on_engine(config, place: Place):
     return train(config, env)
 
 
-def launcher_environment(place: Place, slurm_names: bool = False) -> dict:
+def launcher_environment(place: Place, slurm_names: bool = False, gpus_on_node: bool = False) -> dict:
     """What torchrun tells each process (and, with ``slurm_names``, what srun tells each task), for this
-    engine's :class:`Place`: the names of :mod:`ddp_tutorial.launch_env`."""
+    engine's :class:`Place`: the names of :mod:`ddp_tutorial.launch_env`. ``gpus_on_node``: the code reads
+    ``SLURM_GPUS_ON_NODE`` with ``[]``, so CPU engines set it too
+    (:func:`ddp_tutorial.script_check.reads_gpus_on_node`)."""
     from .. import launch_env as names
     per_node = max(place.nproc_per_node, 1)
     values = {names.RANK: place.rank, names.LOCAL_RANK: place.local_rank, names.WORLD_SIZE: place.world_size,
@@ -299,8 +301,8 @@ def launcher_environment(place: Place, slurm_names: bool = False) -> dict:
                        names.SLURM_NTASKS_PER_NODE: place.nproc_per_node, names.SLURM_NNODES: nodes,
                        names.SLURM_NODEID: place.rank // per_node,
                        names.SLURM_CPUS_PER_TASK: max(1, (os.cpu_count() or 1) // per_node)})
-        if place.use_cuda:  # GPU engines: one GPU each, as --gres gives a node's tasks (never claimed on a CPU)
-            values[names.SLURM_GPUS_ON_NODE] = place.nproc_per_node
+        if place.use_cuda or gpus_on_node:  # GPU engines: one GPU each, as --gres gives a node's tasks; on CPU
+            values[names.SLURM_GPUS_ON_NODE] = place.nproc_per_node  # engines only for code that cannot run without it
     return {key: str(value) for key, value in values.items()}
 
 
@@ -317,8 +319,9 @@ class LauncherEnvironment:
     the next; a script's ``os.chdir`` would send a later call's relative paths elsewhere). The process
     group the function leaves open is destroyed, as the end of a torchrun process would."""
 
-    def __init__(self, place: Place, argv: Optional[List[str]], slurm_names: bool = False):
-        self.values = launcher_environment(place, slurm_names)
+    def __init__(self, place: Place, argv: Optional[List[str]], slurm_names: bool = False,
+                 gpus_on_node: bool = False):
+        self.values = launcher_environment(place, slurm_names, gpus_on_node)
         self.argv = argv
 
     def __enter__(self):
@@ -369,7 +372,8 @@ def join(env, backend: str, timeout_seconds: float, device=None) -> None:
 
 
 def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout: float, place: Place,
-                  group: bool = True, argv: Optional[List[str]] = None, slurm_names: bool = False):
+                  group: bool = True, argv: Optional[List[str]] = None, slurm_names: bool = False,
+                  gpus_on_node: bool = False):
     """One rank of :func:`ddp_tutorial.ipp.run`. ``group=True`` (the notebooks' functions): the process
     group is made here and ``function(env, *args, **kwargs)`` runs inside it. ``group=False`` (a
     torchrun-style function): ``function(*args, **kwargs)`` with the launcher's variables set and no
@@ -379,7 +383,7 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
     if place.rank == 0:  # a tqdm.auto bar of the user's function on rank 0 is drawn in the kernel too
         _show_progress_in_kernel()
     from ..i18n import t
-    with LauncherEnvironment(place, argv, slurm_names):
+    with LauncherEnvironment(place, argv, slurm_names, gpus_on_node):
         if not group:
             return function(*args, **kwargs)
         from ..device_rule import choose_device
@@ -396,7 +400,7 @@ def run_on_engine(function: Callable, args: tuple, kwargs: dict, backend: str, p
         return result
 
 
-def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: bool):
+def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: bool, gpus_on_node: bool = False):
     """One rank of :func:`ddp_tutorial.ipp.run_script`: the script file run as ``python path args…`` would
     run it (``__name__ == "__main__"``, ``sys.argv``, its folder first on the import path), with the
     launcher's variables set; its exit code: 0 → None, anything else → an error naming it."""
@@ -416,7 +420,7 @@ def run_script_on_engine(path: str, argv: List[str], place: Place, slurm_names: 
 
     os._exit = leave
     try:
-        with LauncherEnvironment(place, [path, *argv], slurm_names):
+        with LauncherEnvironment(place, [path, *argv], slurm_names, gpus_on_node):
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as stop:

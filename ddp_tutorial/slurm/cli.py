@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import List, Optional, Sequence
 
 
@@ -67,7 +67,7 @@ def _spec_from_args(args: argparse.Namespace) -> JobSpec:
                  **job_options_of(args))
     spec = JobSpec.from_profile(args.profile or workshop_profile(), **given)
     if script is not None and spec.template in ("per-gpu", "torchrun"):  # the seed's: refused by validate()
-        check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
+        spec = check_convention(spec, getattr(args, "script_convention", "auto") or "auto")
     return spec
 
 
@@ -104,11 +104,15 @@ def own_script_path(script: str, workdir: Optional[str]) -> str:
     raise TutorialError("slurm.no_user_script", path=script)
 
 
-def check_convention(spec: JobSpec, convention: str = "auto") -> None:
+def check_convention(spec: JobSpec, convention: str = "auto") -> JobSpec:
     """Does the template fit how the script learns its rank (read from its source,
     :mod:`ddp_tutorial.script_check`)? A launch that would hang is refused now, naming the one that fits;
-    a script that reads no launcher variable gets a warning."""
-    from ..script_check import read_script, template_problem, template_warning
+    a script that reads no launcher variable gets a warning. Returns ``spec``; for a script that reads
+    ``SLURM_GPUS_ON_NODE`` with ``[]`` on CPU nodes (per-gpu), with ``DDP_TUTORIAL_GPUS_ON_NODE`` added to its
+    ``--env``, which each task exports as ``SLURM_GPUS_ON_NODE`` (slurmstepd unsets that one in a task without
+    GPUs, the job's own export too): ``--env SLURM_GPUS_ON_NODE=N`` when given, else the processes per node,
+    said in one line."""
+    from ..script_check import gpus_on_node_note, read_script, reads_gpus_on_node, template_problem, template_warning
     report = read_script(spec.script)
     if convention != "auto":  # the user knows better than the reading: take their word for it
         report.spawns = convention == "per-node"
@@ -117,9 +121,18 @@ def check_convention(spec: JobSpec, convention: str = "auto") -> None:
     problem = template_problem(report, spec.template, spec.processes_per_node)
     if problem:
         raise TutorialError("slurm.script_convention", text=problem)
+    if spec.per_node and report.convention != "per-node":  # one task with all the node's GPUs, used by one process
+        raise TutorialError("slurm.per_node_form_needs_spawn", path=spec.script, gpus=spec.gpus_per_node)
     warning = template_warning(report)
     if warning:
         print(f"{t('slurm.script_warning')}: {warning}", file=sys.stderr)
+    if spec.template == "per-gpu" and spec.gpus_per_node == 0 and reads_gpus_on_node(report):
+        given = dict(spec.env).get("SLURM_GPUS_ON_NODE")
+        if given is None:
+            print(gpus_on_node_note(spec.script, spec.processes_per_node, "job"), file=sys.stderr)
+        value = str(spec.processes_per_node) if given is None else given
+        spec = replace(spec, env=(*spec.env, ("DDP_TUTORIAL_GPUS_ON_NODE", value)))
+    return spec
 
 
 def glued(argv: Sequence[str], options: Sequence[str] = ("--script-args",)) -> List[str]:

@@ -260,8 +260,12 @@ PROGRAMS = {
     # srun sets SLURM_PROCID etc. per task; a DDP script expects the torchrun names: export them
     # inside each task (single quotes: expanded by the task's shell, not by this script).
     # Each process runs the script through the rank check ("$PYTHON" -c "$CHECKED" SCRIPT ARGS…).
+    # SLURM_GPUS_ON_NODE, which slurmstepd unsets in a task without GPUs, from DDP_TUTORIAL_GPUS_ON_NODE when the
+    # job gives it (a CPU job of a script that reads it: cli.check_convention).
     ("per-gpu", True): ("bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"
-                        " LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec \"$@\"' rank-env \\\n"
+                        " LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE"
+                        " ${DDP_TUTORIAL_GPUS_ON_NODE:+SLURM_GPUS_ON_NODE=$DDP_TUTORIAL_GPUS_ON_NODE}; exec \"$@\"'"
+                        " rank-env \\\n"
                         '    "$PYTHON" -c "$CHECKED" "$SCRIPT" "${SCRIPT_ARGS[@]}"'),
     # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT itself;
     # --no-python: it starts the command as given (-u: unbuffered, as torchrun's own python -u).
