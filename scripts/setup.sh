@@ -89,6 +89,13 @@ VENV=${VENV:-.venv}
 # class environment made before, being updated; one made before the marker existed: a venv with ddp_tutorial installed). Anything else (/, $HOME, a conda installation, a
 # project folder) is refused before anything runs in it, in DDP_TUTORIAL_LANG (tr | en; unset: both).
 MARKER=.ddp-tutorial-class-env
+say() {   # say EN TR: a progress line in DDP_TUTORIAL_LANG (tr | en; unset: both)
+  case "${DDP_TUTORIAL_LANG:-}" in
+    tr) echo "== $2" ;;
+    en) echo "== $1" ;;
+    *) echo "== $1 / $2" ;;
+  esac
+}
 refuse_prefix() {   # refuse_prefix EN TR
   case "${DDP_TUTORIAL_LANG:-}" in
     tr) echo "!! setup.sh: $2" >&2 ;;
@@ -200,7 +207,7 @@ fi
 
 # 2. The virtual environment, PyTorch pinned (pip must not resolve another torch), then us.
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "== creating $VENV"
+  say "creating $VENV" "$VENV oluşturuluyor"
   "$PYTHON" -m venv "$VENV"
 fi
 if [ -n "$prefix" ] && [ ! -f "$VENV/$MARKER" ]; then   # what lets a later --prefix run update this folder
@@ -233,7 +240,8 @@ fi
 # The installed build must be this version and, when the table chose, this variant.
 if ! "$VENV/bin/python" -c "import torch, torchvision, sys; v = torch.__version__.split('+'); sys.exit(not (v[0] == '$TORCH_VERSION' and torchvision.__version__.split('+')[0] == '$TORCHVISION_VERSION' and ('$want_local' == '' or (v[1:] or [''])[0] == '$want_local')))" 2>/dev/null; then
   if [ -n "$index_url" ]; then
-    echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION from $index_url (a few minutes)"
+    say "pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION from $index_url (a few minutes)" \
+        "pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION, $index_url dizininden (birkaç dakika sürer)"
     # --force-reinstall: an installed torch of the same version but another build counts as "already there".
     if ! "${PIP[@]}" install --force-reinstall --index-url "$index_url" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"; then
       # pip's last line (ResolutionImpossible, after its retries) names neither the index nor what to do
@@ -243,7 +251,8 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; v = torch.__version_
       exit 2
     fi
   else
-    echo "== pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION (a few minutes)"
+    say "pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION (a few minutes)" \
+        "pip install torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION (birkaç dakika sürer)"
     force=()   # another build of the same version (say +cu126) would count as "already there"
     "$VENV/bin/python" -c "import torch" 2>/dev/null && force=(--force-reinstall)
     "${PIP[@]}" install "${force[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
@@ -252,10 +261,10 @@ fi
 extra=notebooks
 [ $want_test = 1 ] && extra=test,notebooks
 if [ -n "$prefix" ]; then   # the class environment: a copy of the package, not a link to this checkout
-  echo "== pip install .[$extra] (into $VENV)"
+  say "pip install .[$extra] (into $VENV)" "pip install .[$extra] ($VENV içine)"
   "${PIP[@]}" install --no-cache-dir "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" ".[$extra]"
 else
-  echo "== pip install -e .[$extra]"
+  say "pip install -e .[$extra]" "pip install -e .[$extra] (düzenlenebilir kurulum)"
   "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" -e ".[$extra]"
 fi
 "$VENV/bin/python" -c "import ddp_tutorial, torch; print('ddp_tutorial', ddp_tutorial.__version__, '| torch', torch.__version__)"
