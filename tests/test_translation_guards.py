@@ -90,6 +90,8 @@ def structure(text):
         m = T["FENCE"].match(line)
         if fence is not None:
             if m and line.strip().startswith(fence):
+                if code[0] == "text":  # program output: printed in the page's language, so its lines are counted
+                    code = ["text", f"{sum(1 for c in code[1:] if c)} lines"]
                 s["code fences"].append("\n".join(c for c in code if c))
                 fence, code = None, []
             else:
