@@ -366,21 +366,10 @@ def template_problem(report: ScriptReport, template: str, processes_per_node: in
 
 
 def reads_gpus_on_node(report: ScriptReport) -> bool:
-    """Does the script read ``SLURM_GPUS_ON_NODE`` with ``[]``? SLURM sets it only for a job with GPUs, so on
-    a CPU it is a KeyError. No value is true there (0 GPUs is a division by zero where the script takes its
-    local rank as ``rank % gpus_per_node``): the package's CPU forms set it to the processes per node, the
-    value the same layout has on GPU nodes, and say so (:func:`gpus_on_node_note`)."""
+    """Does the script read ``SLURM_GPUS_ON_NODE`` with ``[]`` (set by SLURM only with GPUs: a KeyError on a CPU;
+    0 would divide by zero in ``rank % gpus_per_node``)? The CPU forms then set it to the processes per node,
+    the value of the same layout on GPU nodes, and say so (``script.gpus_on_node_ipp``/``_job``)."""
     return any(f.kind == "gpu_variable" and "SLURM_GPUS_ON_NODE" in f.code for f in report.findings)
-
-
-#: The line said before a CPU run that sets SLURM_GPUS_ON_NODE, by where it runs (literal keys).
-_GPUS_ON_NODE_KEYS = {"ipp": "script.gpus_on_node_ipp", "job": "script.gpus_on_node_job"}
-
-
-def gpus_on_node_note(path: str, processes_per_node: int, where: str) -> str:
-    """The line said before a CPU run (``where``: ``ipp`` engines or a ``job``) that sets
-    ``SLURM_GPUS_ON_NODE`` for a script that reads it."""
-    return t(_GPUS_ON_NODE_KEYS[where], path=path, n=processes_per_node)
 
 
 def template_warning(report: ScriptReport) -> Optional[str]:

@@ -181,12 +181,13 @@ def _reading_of(function: Callable):
 def _gpus_on_node(report, engines: EngineSet, n: Optional[int]) -> bool:
     """Code that reads ``SLURM_GPUS_ON_NODE`` with ``[]``: set on CPU engines too, said here in one line
     before it runs (:func:`ddp_tutorial.script_check.reads_gpus_on_node`)."""
-    from ..script_check import gpus_on_node_note, reads_gpus_on_node
+    from ..i18n import t
+    from ..script_check import reads_gpus_on_node
     if report is None or not reads_gpus_on_node(report):
         return False
     if engines.device != "cuda":
         per_node = engines.per_node(0, engines.size if n is None else n)
-        print(gpus_on_node_note(report.path, per_node, "ipp"), flush=True)
+        print(t("script.gpus_on_node_ipp", path=report.path, n=per_node), flush=True)
     return True
 
 

@@ -112,7 +112,7 @@ def check_convention(spec: JobSpec, convention: str = "auto") -> JobSpec:
     ``--env``, which each task exports as ``SLURM_GPUS_ON_NODE`` (slurmstepd unsets that one in a task without
     GPUs, the job's own export too): ``--env SLURM_GPUS_ON_NODE=N`` when given, else the processes per node,
     said in one line."""
-    from ..script_check import gpus_on_node_note, read_script, reads_gpus_on_node, template_problem, template_warning
+    from ..script_check import read_script, reads_gpus_on_node, template_problem, template_warning
     report = read_script(spec.script)
     if convention != "auto":  # the user knows better than the reading: take their word for it
         report.spawns = convention == "per-node"
@@ -127,7 +127,7 @@ def check_convention(spec: JobSpec, convention: str = "auto") -> JobSpec:
     if spec.template == "per-gpu" and spec.gpus_per_node == 0 and reads_gpus_on_node(report):
         given = dict(spec.env).get("SLURM_GPUS_ON_NODE")
         if given is None:
-            print(gpus_on_node_note(spec.script, spec.processes_per_node, "job"), file=sys.stderr)
+            print(t("script.gpus_on_node_job", path=spec.script, n=spec.processes_per_node), file=sys.stderr)
         value = str(spec.processes_per_node) if given is None else given
         spec = replace(spec, env=(*spec.env, ("DDP_TUTORIAL_GPUS_ON_NODE", value)))
     return spec
