@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import shlex
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -370,6 +371,23 @@ def reads_gpus_on_node(report: ScriptReport) -> bool:
     0 would divide by zero in ``rank % gpus_per_node``)? The CPU forms then set it to the processes per node,
     the value of the same layout on GPU nodes, and say so (``script.gpus_on_node_ipp``/``_job``)."""
     return any(f.kind == "gpu_variable" and "SLURM_GPUS_ON_NODE" in f.code for f in report.findings)
+
+
+#: What one SLURM task alone on one machine would see: the values a per-node parent needs to run there.
+ONE_TASK = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NPROCS": "1", "SLURM_NTASKS": "1",
+            "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "1",
+            "SLURM_CPUS_PER_TASK": "1"}
+_SLURM_READ = re.compile(r"""["'](SLURM_[A-Z_]+)["']""")
+
+
+def one_machine_command(path) -> str:
+    """The command that runs the script at ``path`` on this machine as one SLURM task would run it:
+    ``SLURM_NPROCS=1 SLURM_PROCID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python PATH`` — each SLURM name
+    its source quotes, with one task's value, and the rendezvous address its process group reads."""
+    source = Path(path).read_text(encoding="utf-8", errors="replace")
+    read = dict.fromkeys(name for name in _SLURM_READ.findall(source) if name in ONE_TASK)
+    pairs = [f"{name}={ONE_TASK[name]}" for name in read] + ["MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"]
+    return " ".join([*pairs, "python", shlex.quote(str(path))])
 
 
 def template_warning(report: ScriptReport) -> Optional[str]:

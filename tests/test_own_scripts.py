@@ -32,6 +32,7 @@ SCRIPTS = Path(__file__).resolve().parent / "data" / "own_scripts"
 TORCHRUN_STYLE = SCRIPTS / "torchrun_ddp.py"
 SLURM_STYLE = SCRIPTS / "slurm_ddp.py"
 PER_NODE = SCRIPTS / "per_node_parent.py"
+PER_NODE_GPUS = SCRIPTS / "per_node_gpus.py"   # the seed's reading: SLURM_NPROCS, SLURM_PROCID, the GPUs given
 CUDA_ONLY = SCRIPTS / "cuda_only.py"
 USER_SCRIPTS = Path(__file__).resolve().parent / "helpers" / "user_scripts"
 SLURM_FIRST = USER_SCRIPTS / "slurm_first.py"              # SLURM_PROCID when set, else RANK (CS06)
@@ -334,6 +335,63 @@ def test_the_per_node_parent_needs_one_task_per_node(tmp_path):
     assert rc == 0, err
 
 
+#: Issue 47 item 1: the per-node parent on GPU nodes, as the outsider wrote it (each form: the arguments, and
+#: whether it renders). A refusal never asks for what is already on the command line.
+PER_NODE_GPU_FORMS = [
+    (["--template", "per-gpu", "--gpus-per-node", "3", "--nproc-per-node", "1"], True),
+    (["--template", "per-gpu", "--profile", "akya-cuda", "--nproc-per-node", "1"], True),
+    (["--template", "per-gpu", "--gpus-per-node", "3", "--nproc-per-node", "1", "--script-convention", "per-node"],
+     True),
+    (["--template", "per-gpu", "--gpus-per-node", "3"], False),
+    (["--template", "per-gpu", "--gpus-per-node", "3", "--script-convention", "per-node"], False),
+    (["--template", "per-gpu", "--gpus-per-node", "3", "--nproc-per-node", "1", "--script-convention", "slurm"],
+     False),
+    (["--template", "torchrun", "--gpus-per-node", "3", "--nproc-per-node", "1"], False),
+    (["--template", "torchrun", "--gpus-per-node", "3"], False),
+    (["--template", "per-gpu", "--gpus-per-node", "3", "--nproc-per-node", "2"], False),
+]
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_the_per_node_parent_renders_for_gpu_nodes_and_no_refusal_loops(tmp_path, lang, monkeypatch, capsys):
+    """One task per node holding all its GPUs (--gres=gpu:N, the cores of N processes) renders; every
+    refused form names a change to what was given: add --nproc-per-node 1 only where it is missing, take it
+    away only where it is there, another template only where that one was not asked."""
+    for args, renders in PER_NODE_GPU_FORMS:
+        cores = [] if "--profile" in args else ["--cpus-per-process", "2"]  # akya-cuda: its 10 per GPU
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        rc = main(["slurm", "render", "--nodes", "2", *cores, *args, "--script", str(PER_NODE_GPUS)])
+        out, err = capsys.readouterr()
+        given = " ".join(args)
+        if renders:
+            gpus, per_gpu = (4, 10) if "--profile" in args else (3, 2)
+            assert rc == 0, (given, err)
+            assert "--ntasks-per-node=1 " in out and f"--gres=gpu:{gpus} " in out, out
+            assert f"--cpus-per-task={per_gpu * gpus} " in out and "NPROC_PER_NODE=1 " in out, out
+            assert "one per GPU" not in out and "GPU başına bir)" not in out, out  # the comments say the form
+            continue
+        assert rc == 2 and err.strip().count("\n") == 0 and "Traceback" not in err, (given, err)
+        asks_for_one = "--template per-gpu --nproc-per-node 1" in err
+        takes_it_away = any(words in err for words in ("leave --nproc-per-node out", "Leave --nproc-per-node out",
+                                                       "--nproc-per-node seçeneğini kaldırın"))
+        if "--template per-gpu" in given and "--nproc-per-node 1" in given:
+            assert not asks_for_one, (given, err)
+        else:
+            assert asks_for_one, (given, err)
+        if takes_it_away:
+            assert "--nproc-per-node" in given, (given, err)
+
+
+def test_the_per_node_form_refuses_a_script_that_does_not_spawn(tmp_path):
+    """One task with all the node's GPUs and a script that is one process: the others would sit idle."""
+    rc, _, err = render(tmp_path, "--template", "per-gpu", "--nodes", "2", "--gpus-per-node", "3",
+                        "--nproc-per-node", "1", "--script", str(SLURM_STYLE))
+    assert rc == 2 and "does not start its own processes" in err and "Leave --nproc-per-node out" in err, err
+    rc, out, err = render(tmp_path, "--template", "per-gpu", "--nodes", "2", "--gpus-per-node", "3",
+                          "--script", str(SLURM_STYLE))
+    assert rc == 0 and "--ntasks-per-node=3 " in out, err
+
+
 def test_a_script_that_reads_nothing_gets_a_warning(tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("print('hello')\n")
@@ -575,6 +633,42 @@ def test_run_script_refuses_a_per_node_parent():
     assert "--template per-gpu --nproc-per-node 1" in str(caught.value)
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_run_script_advice_for_a_per_node_parent_runs(tmp_path, monkeypatch):
+    """Issue 47 item 6c: run_script's refusal gives the one-machine command with one SLURM task's names
+    (a plain ``python SCRIPT`` fails with KeyError: 'SLURM_NPROCS', as the seed does); that command, run as
+    given (only its MASTER_PORT swapped for a free one), trains on one machine. The Turkish refusal gives
+    the same command."""
+    import shlex
+    from ddp_tutorial import ipp
+    messages = {}
+    for lang in ("tr", "en"):
+        monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+        with pytest.raises(TutorialError) as caught:
+            ipp.run_script(PER_NODE_GPUS, n=2)
+        messages[lang] = str(caught.value)
+    found = re.search(r"((?:[A-Z_]+=\S+ )+)python (\S+)", messages["en"])
+    assert found, messages["en"]
+    names = dict(pair.split("=", 1) for pair in found.group(1).split())
+    assert {"SLURM_NPROCS", "SLURM_PROCID", "SLURM_GPUS_ON_NODE", "MASTER_ADDR", "MASTER_PORT"} <= set(names)
+    assert found.group(0) in messages["tr"], messages["tr"]
+    names["MASTER_PORT"] = str(free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCHER_NAMES}
+    script = shlex.split(found.group(2))[0]
+    plain = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=120)
+    assert plain.returncode != 0 and "SLURM_NPROCS" in plain.stderr, plain.stderr  # the old advice
+    done = subprocess.run([sys.executable, script], env={**env, **names}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [(r["rank"], r["world_size"], r["count"]) for r in results_of(done.stdout)] == [(0, 1, 1.0)], done.stdout
+
+
 # ---------------------------------------------------------------------------------------------------
 # The two-node SLURM lab: each convention with the template that fits, through a plain sbatch
 
@@ -621,6 +715,45 @@ def test_each_convention_runs_on_two_nodes_through_plain_sbatch(slurm_cluster, t
         done = subprocess.run([str(VENV_BIN / "ddp-tutorial"), "slurm", "result", job, "--run-dir",
                                str(work / f"runs-{name}")], env=lab.env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and json.loads(done.stdout)["exit_code"] == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_the_per_node_parent_runs_over_the_gpus_slurm_gives(slurm_cluster, tmp_path, monkeypatch):
+    """Issue 47 item 1 on the lab's fake GPUs: --gpus-per-node 3 --nproc-per-node 1 renders one task per
+    node holding 3 GPUs, sbatch --test-only takes it, and the job's parent on each node starts one process
+    per GPU SLURM gave it (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES), 2 × 3 = 6 ranks that all_reduce."""
+    lab = slurm_cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / PER_NODE_GPUS.name).write_text(PER_NODE_GPUS.read_text())
+    monkeypatch.chdir(tmp_path)
+    job_file = tmp_path / "per-node-gpus.sbatch"
+    assert main(["slurm", "render", "--template", "per-gpu", "--nodes", "2", "--gpus-per-node", "3",
+                 "--nproc-per-node", "1", "--cpus-per-process", "1", "--python", sys.executable, "--time",
+                 "00:10:00", "--job-name", "own-per-node-gpus", "--workdir", "work", "--run-dir", "runs",
+                 "--script", PER_NODE_GPUS.name, "-o", str(job_file)]) == 0
+    text = job_file.read_text()
+    assert "--ntasks-per-node=1 " in text and "--gres=gpu:3 " in text and "--cpus-per-task=3 " in text, text
+    tested = subprocess.run(["sbatch", "--test-only", str(job_file)], env=lab.env, capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert tested.returncode == 0, tested.stderr
+    done = subprocess.run(["sbatch", "--parsable", str(job_file)], env=lab.env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    from ddp_tutorial import slurm
+    info = slurm.wait(job, timeout=240, poll=0.5, max_poll=2, env=lab.env)
+    log_file = work / "runs" / f"slurm-{job}.out"
+    log = log_file.read_text() if log_file.exists() else "(no log)"
+    assert info.succeeded, f"{info.describe()}\n{log}"
+    results = results_of(log)
+    assert [r["rank"] for r in results] == list(range(6)), log
+    assert {r["world_size"] for r in results} == {6} and {r["count"] for r in results} == {6.0}, log
+    assert {r["gpus_on_node"] for r in results} == {3}, log
+    for node in (0, 1):  # each process of a node on its own one of the node's three GPUs
+        gpus = [r["gpu"] for r in results if r["node"] == node]
+        assert len(gpus) == 3 and len(set(gpus)) == 3 and None not in gpus, log
 
 
 def test_a_type_error_is_not_a_lost_peer():

@@ -259,16 +259,17 @@ def run_script(path, args: Sequence[str] = (), n: Optional[int] = None, keep: bo
     srun's names (``SLURM_PROCID`` …); default: when the script reads them (:mod:`ddp_tutorial.script_check`).
     ``device``: the engines, as for :func:`start` (``auto``, ``cuda`` or ``cpu``).
     A script that starts its own processes per node (``mp.spawn``, the seed's parent) is refused: run it
-    with ``python`` on one machine, or with ``slurm render --template per-gpu --nproc-per-node 1``.
+    on one machine with one SLURM task's names (the message gives the command), or with ``slurm render
+    --template per-gpu --nproc-per-node 1`` (with ``--gpus-per-node N``: one task per node holding its N GPUs).
     """
-    from ..script_check import read_script
+    from ..script_check import one_machine_command, read_script
     check_kernel_has_no_cuda()
     output = _checked_output(output)
     timeout = _checked_timeout(timeout)
     script = Path(path).expanduser().resolve()
     report = read_script(script)
     if report.convention == "per-node":
-        raise TutorialError("ipp.script_spawns", path=str(path))
+        raise TutorialError("ipp.script_spawns", path=str(path), command=one_machine_command(script))
     if slurm_names is None:
         slurm_names = report.convention in ("slurm", "either")
     argv = [str(a) for a in args]

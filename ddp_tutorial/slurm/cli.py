@@ -121,6 +121,8 @@ def check_convention(spec: JobSpec, convention: str = "auto") -> JobSpec:
     problem = template_problem(report, spec.template, spec.processes_per_node)
     if problem:
         raise TutorialError("slurm.script_convention", text=problem)
+    if spec.per_node and report.convention != "per-node":  # one task with all the node's GPUs, used by one process
+        raise TutorialError("slurm.per_node_form_needs_spawn", path=spec.script, gpus=spec.gpus_per_node)
     warning = template_warning(report)
     if warning:
         print(f"{t('slurm.script_warning')}: {warning}", file=sys.stderr)

@@ -103,8 +103,9 @@ def _sbatch_lines(spec: JobSpec, lang: str) -> List[str]:
         ("--reservation", spec.reservation, t("slurm_script.reservation", lang)),
         ("--qos", spec.qos, t("slurm_script.qos", lang)),
         ("--nodes", spec.nodes, t("slurm_script.nodes", lang)),
-        ("--ntasks-per-node", spec.tasks_per_node, t("slurm_script.tasks_per_gpu", lang)
-         if spec.template == "per-gpu" else t("slurm_script.tasks_per_node", lang)),
+        ("--ntasks-per-node", spec.tasks_per_node, t("slurm_script.tasks_per_parent", lang) if spec.per_node
+         else t("slurm_script.tasks_per_gpu", lang) if spec.template == "per-gpu"
+         else t("slurm_script.tasks_per_node", lang)),
         ("--gres", f"gpu:{spec.gpus_per_node}" if spec.gpus_per_node else None, t("slurm_script.gres", lang)),
         ("--cpus-per-task", spec.cpus_per_task, t("slurm_script.cpus_per_task", lang)),
         ("--time", spec.time, t("slurm_script.time", lang)),
@@ -197,7 +198,8 @@ def _settings_lines(spec: JobSpec, lang: str) -> List[str]:
         (f"RUN_DIR={q(_run_dir(spec))}",
          t("slurm_script.run_dir_own", lang) if own else t("slurm_script.run_dir", lang)),
         (f"NPROC_PER_NODE={spec.processes_per_node}",
-         t("slurm_script.nproc_gpu", lang) if spec.gpus_per_node else t("slurm_script.nproc_cpu", lang)),
+         t("slurm_script.nproc_parent", lang) if spec.per_node
+         else t("slurm_script.nproc_gpu", lang) if spec.gpus_per_node else t("slurm_script.nproc_cpu", lang)),
     ]
     if own:
         pairs += [(f"SCRIPT={q(spec.script)}", t("slurm_script.script", lang)),

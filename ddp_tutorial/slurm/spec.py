@@ -257,7 +257,18 @@ class JobSpec(TrainingOptions):
 
     # Derived numbers -------------------------------------------------------------
     @property
+    def per_node(self) -> bool:
+        """The per-node-parent form: your own script under per-gpu with ``--gpus-per-node N
+        --nproc-per-node 1`` gets one SLURM task per node holding all N GPUs (``--gres=gpu:N``, the cores
+        of N processes) and starts its own process per GPU (``mp.spawn``, like the seed's parent)."""
+        return (self.template == "per-gpu" and self.script is not None and self.gpus_per_node > 0
+                and self.nproc_per_node == 1)
+
+    @property
     def processes_per_node(self) -> int:
+        """The processes SLURM starts on a node (the per-node form: 1, which starts the others itself)."""
+        if self.per_node:
+            return 1
         return self.gpus_per_node if self.gpus_per_node > 0 else (self.nproc_per_node or 1)
 
     @property
@@ -271,7 +282,10 @@ class JobSpec(TrainingOptions):
 
     @property
     def cpus_per_task(self) -> int:
-        """Cores per SLURM task: ``cpus_per_process`` for per-gpu, × processes per node for a launcher."""
+        """Cores per SLURM task: ``cpus_per_process`` for per-gpu, × processes per node for a launcher,
+        × GPUs per node for the per-node form (its task starts one process per GPU)."""
+        if self.per_node:
+            return self.cpus_per_process * self.gpus_per_node
         return self.cpus_per_process * (1 if self.template == "per-gpu" else self.processes_per_node)
 
     @property
@@ -294,7 +308,8 @@ class JobSpec(TrainingOptions):
 
 
 def _gpus_or_processes(spec: JobSpec) -> None:
-    if spec.gpus_per_node > 0 and spec.nproc_per_node is not None and spec.nproc_per_node != spec.gpus_per_node:
+    if (spec.gpus_per_node > 0 and spec.nproc_per_node is not None and spec.nproc_per_node != spec.gpus_per_node
+            and not spec.per_node):
         raise TutorialError("slurm.gpu_cpu_conflict", gpus=spec.gpus_per_node, nproc=spec.nproc_per_node)
 
 
