@@ -123,6 +123,9 @@ def check_convention(spec: JobSpec, convention: str = "auto") -> JobSpec:
         raise TutorialError("slurm.script_convention", text=problem)
     if spec.per_node and report.convention != "per-node":  # one task with all the node's GPUs, used by one process
         raise TutorialError("slurm.per_node_form_needs_spawn", path=spec.script, gpus=spec.gpus_per_node)
+    counted = next((f for f in report.findings if f.kind == "device_count_count"), None)
+    if counted is not None and spec.gpus_per_node == 0:  # mp.spawn(nprocs=0): exit 0, nothing trained
+        raise TutorialError("slurm.device_count_on_cpu", path=spec.script, line=counted.line, code=counted.code)
     warning = template_warning(report)
     if warning:
         print(f"{t('slurm.script_warning')}: {warning}", file=sys.stderr)
