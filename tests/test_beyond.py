@@ -7,7 +7,6 @@ size is a parameter. The stored outputs of both languages are checked too: every
 of a checked cell says ``True`` (or is a plain value), never ``False``.
 """
 
-import importlib.util
 import re
 import time
 from pathlib import Path
@@ -19,22 +18,16 @@ import torch
 from ddp_tutorial import ipp
 from ddp_tutorial.i18n import TutorialError
 from ddp_tutorial.model import DeepNeuralNetwork
+from notebook_modules import load  # noqa: E402 (tests/helpers: notebooks/*.py by path)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SOURCE = NOTEBOOKS / "src" / "09_beyond_ddp.cells"
 EXAMPLES = ("accumulate", "uneven", "batch_statistics", "sharded_step", "mixed_precision")
 
 
-def load_build():
-    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def notebook_functions() -> dict:
     """The example functions exactly as notebook 09 defines them (English build)."""
-    build = load_build()
+    build = load("build")
     namespace: dict = {}
     for kind, content in build.parse(SOURCE):
         if not kind.startswith("code"):

@@ -10,28 +10,17 @@ fails here, named with its language, until it is re-executed; ``python notebooks
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from ddp_tutorial import i18n
+from notebook_modules import load  # noqa: E402 (tests/helpers: notebooks/*.py by path)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.name for p in (NOTEBOOKS / "en").glob("*.ipynb"))
-
-
-def load(name: str):
-    """``notebooks/<name>.py``, loaded by path as notebooks/build.py loads it."""
-    key = f"notebook_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, NOTEBOOKS / f"{name}.py")
-        sys.modules[key] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[key])
-    return sys.modules[key]
 
 
 fresh = load("freshness")

@@ -6,7 +6,6 @@ code cells, every markdown cell present in both and translated, kernel and langu
 metadata, and outputs stored from a real execution.
 """
 
-import importlib.util
 import io
 import re
 import tokenize
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_modules import load  # noqa: E402 (tests/helpers: notebooks/*.py by path)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.name for p in (NOTEBOOKS / "en").glob("*.ipynb"))
@@ -38,13 +38,6 @@ def code_tokens(source: str) -> list:
 
 def read(lang, name):
     return nbformat.read(NOTEBOOKS / lang / name, as_version=4)
-
-
-def load_build():
-    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_notebook_exists_in_both_languages():
@@ -83,7 +76,7 @@ def test_metadata_names_kernel_and_language(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_notebooks_match_their_source(name):
     """Nobody edited one language's .ipynb by hand: rebuilding from the source gives the same cells."""
-    build = load_build()
+    build = load("build")
     source = NOTEBOOKS / "src" / f"{Path(name).stem}.cells"
     for lang in ("tr", "en"):
         fresh = build.build(source, lang)
@@ -107,7 +100,7 @@ def test_outputs_come_from_a_real_run(name):
 
 
 def test_bilingual_code_differs_only_in_comments_and_strings(tmp_path):
-    build = load_build()
+    build = load("build")
     src = tmp_path / "97_ok.cells"
     src.write_text('=== md tr\nMetin.\n=== md en\nText.\n=== code\n'
                    'n = 3  # ⟪üç‖three⟫\nprint(⟪f"{n} görüntü"‖f"{n} images"⟫)\n')
@@ -123,7 +116,7 @@ def test_bilingual_code_differs_only_in_comments_and_strings(tmp_path):
 
 
 def test_parser_rejects_an_untranslated_markdown_cell(tmp_path):
-    build = load_build()
+    build = load("build")
     bad = tmp_path / "99_bad.cells"
     bad.write_text("=== md tr\nYalnızca Türkçe.\n=== code\nprint(1)\n")
     with pytest.raises(ValueError, match="md en"):
@@ -136,7 +129,7 @@ def test_parser_rejects_an_untranslated_markdown_cell(tmp_path):
 
 def test_text_before_the_first_block_is_refused_not_dropped(tmp_path, capsys):
     """Issue 25, N01d: a forgotten '=== md tr' header lost the notebook's introduction without a word."""
-    build = load_build()
+    build = load("build")
     bad = tmp_path / "95_bad.cells"
     bad.write_text("\n# Giriş\nBu paragraf kaybolurdu.\n=== md en\n# Intro\n=== code\nprint(1)\n")
     with pytest.raises(ValueError, match=r"95_bad.cells:2: text before the first '=== ' line would be lost"):
@@ -154,7 +147,7 @@ def test_an_exercise_line_becomes_its_cells(tmp_path):
     """'=== exercise NAME': the task from the messages, the optional code shown first, the attendee's
     cell and the check cell, in each language; an unknown name is refused."""
     from ddp_tutorial import exercises
-    build = load_build()
+    build = load("build")
     src = tmp_path / "92_ex.cells"
     src.write_text("=== exercise steps_per_epoch\nprint(⟪'önce'‖'first'⟫)\n=== exercise lr_for\n")
     for lang in ("tr", "en"):

@@ -8,25 +8,15 @@ notebooks at their next build, and fails here for a docs sentence, naming it.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_modules import load  # noqa: E402 (tests/helpers: notebooks/*.py by path)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-
-
-def load(name: str):
-    key = f"notebook_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, NOTEBOOKS / f"{name}.py")
-        sys.modules[key] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[key])
-    return sys.modules[key]
 
 
 quoted = load("quoted")
