@@ -3,12 +3,13 @@
 and TRUBA's *Custom* app (``ondemand/truba/bashrc.sh``).
 
 The lab test renders the OnDemand app's ``template/script.sh.erb`` and ``submit.yml.erb`` with Ruby's
-ERB (as OnDemand does: ``tests/helpers/ood_render.rb``), submits exactly that script with the rendered
-sbatch options to the two-node SLURM lab, reads the tunnel/URL lines from the job's log, opens the
-URL in Chromium through a stand-in for the printed ``ssh -N -L`` (``tests/helpers/tunnel.py``), runs
-All on notebook 00 (plus one cell that starts SLURM engines from the kernel, as 05 does), then
-``scancel``s the lab job: within 10 s no JupyterLab, kernel, controller, engine or watchdog process
-is left on the lab's nodes and the engine job is gone from the queue.
+ERB (as OnDemand does: ``tests/helpers/ood_render.rb``) with the form's TRUBA day values (the site table's
+``[day]``), submits exactly that script with the rendered sbatch options from the login node of the lab
+that enforces TRUBA's written rules (``truba_lab``), reads the tunnel/URL lines from the job's log, opens
+the URL in Chromium through a stand-in for the printed ``ssh -N -L`` (``tests/helpers/tunnel.py``), runs
+All on notebook 00 (plus one cell that starts SLURM engines from the kernel in the class's shape, as 05
+does, in the class's GPU reservation), then ``scancel``s the lab job: within 10 s no JupyterLab, kernel,
+controller, engine or watchdog process is left on the lab's nodes and the engine job is gone from the queue.
 
 Without Ruby, Chromium or Playwright the tests skip with the reason (fail under ``CI=true``).
 
@@ -713,55 +714,110 @@ def _run_all(page, shots: Path, budget: float = 240) -> str:
     return panel.text_content() or ""
 
 
+def job_fields(lab, job: str) -> dict:
+    """``scontrol show job``'s fields of one job (Partition, Reservation, NumNodes, NumCPUs, TimeLimit, TRES …)."""
+    shown = lab.run(["scontrol", "show", "job", "-o", job]).stdout
+    return dict(word.split("=", 1) for word in shown.split() if "=" in word)
+
+
+def ondemand_session(site) -> dict:
+    """The session a TRUBA attendee starts from the OnDemand form: its defaults (partition, hours, cores, GPUs),
+    which are the site table's [day] session, and notebook 05's class shape from [day] as the instructor sets
+    the form's fields for the day (profile: the day's job partition, one of the form's choices; GPUs per node)."""
+    form = yaml.safe_load((APP / "form.yml").read_text())["attributes"]
+    day = site.section("day")
+    session = {"partition": form["bc_queue"]["value"], "hours": int(form["bc_num_hours"]["value"]),
+               "cores": int(form["ddp_cpus"]["value"]), "gpus": int(form["ddp_gpus"]["value"]),
+               "profile": day["job_partition"], "job_gpus": int(day["job_gpus_per_node"]),
+               "job_nodes": int(day["job_nodes"])}
+    assert (session["partition"], session["cores"], f"{session['hours']:02d}:00:00") == (
+        day["session_partition"], day["session_cores"], day["session_time"]), (session, day)
+    assert session["profile"] in [choice[1] for choice in form["ddp_profile"]["options"]]
+    assert site.check_job(session["partition"], nodes=1, gpus_per_node=session["gpus"],
+                          cores_per_node=session["cores"], time=day["session_time"]) == []
+    return session
+
+
+def _delete_reservation(lab, name: str, timeout: float = 30) -> None:
+    """``scontrol delete`` the reservation once no job of it is left (SLURM keeps a reservation that holds jobs)."""
+    deadline = time.monotonic() + timeout
+    while lab.run(["scontrol", "delete", f"ReservationName={name}"], check=False).returncode != 0:
+        if time.monotonic() > deadline or name not in lab.run(["scontrol", "show", "reservation"], check=False).stdout:
+            return
+        time.sleep(0.5)
+
+
 @pytest.mark.slurm
 @pytest.mark.browser
 @pytest.mark.timeout(480)
-def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_path):
-    lab = slurm_cluster
+def test_the_lab_job_in_chromium_ends_with_its_allocation(truba_lab, tmp_path):
+    """A TRUBA attendee's day on the lab that enforces TRUBA's rules (job_submit.lua): the OnDemand app's
+    session with the form's values (debug, 4 cores, 3 h, no GPU, outside the class's GPU reservation),
+    submitted from the login node arf-ui1; JupyterLab in Chromium through the tunnel, 00's Run All; 05's
+    engines started from the kernel in the class shape (akya-cuda, 1 GPU and 10 cores per node, the
+    reservation); a job submitted from the lab on the session's node (debug, 1 core). Every job is accepted
+    by the site's rules; scancel of the session ends all of it but that last job."""
+    lab = truba_lab
     if not os.access(CHROMIUM, os.X_OK):
         _need("chromium", f"{CHROMIUM} not found (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _need("playwright", "the Python package is not installed (pip install playwright)")
+    site = lab.site
+    session = ondemand_session(site)
     # The plain batch job is accepted as it stands (the same start script; not started twice here).
-    lab.run(["sbatch", "--test-only", "slurm/lab.sbatch"], cwd=REPO)
+    lab.run(lab.login_command(["sbatch", "--test-only", "slurm/lab.sbatch"]), cwd=REPO)
 
+    # The class's GPU reservation, as the instructor makes it for the day: the job partition's nodes.
+    reservation, account = f"lj-{secrets.token_hex(2)}", "ddpclass"
+    lab.run(["scontrol", "create", "reservation", f"ReservationName={reservation}", "StartTime=now",
+             "Duration=00:30:00", f"Nodes={','.join(lab.partitions[session['profile']])}", "Users=root",
+             f"PartitionName={session['profile']}"])
     data_root = os.environ.get("DDP_TUTORIAL_ROOT") or str(REPO / ".data")
     script = tmp_path / "script.sh"
     script.write_text(render(APP / "template" / "script.sh.erb", {
-        "ddp_lang": "en", "ddp_profile": "generic", "ddp_venv": str(REPO / ".venv"), "ddp_root": data_root,
-        "ddp_checkout": str(REPO), "bc_account": "", "ddp_job_reservation": "", "ddp_job_gpus": "1"}))
+        "ddp_lang": "en", "ddp_profile": session["profile"], "ddp_venv": str(REPO / ".venv"), "ddp_root": data_root,
+        "ddp_checkout": str(REPO), "bc_account": account, "ddp_job_reservation": reservation,
+        "ddp_job_gpus": str(session["job_gpus"])}))
     work = REPO / "workshop" / f"lab-job-test-{secrets.token_hex(4)}"
     log = tmp_path / "lab.out"
     # This test's own IPython folder: its cluster files can reach no other test's JupyterLab
     ipython = tmp_path / "ipython"
-    # bc_num_hours and the job's name/output are what OnDemand itself adds to the rendered options
-    options = sbatch_options(0) + ["--time=01:00:00", "--job-name=ood-ddp-lab", f"--output={log}"]
+    # What OnDemand's SLURM adapter adds to the rendered options: the queue (bc_queue), the account, the
+    # hours (bc_num_hours), the job's name and output.
+    options = sbatch_options(session["gpus"], cpus=session["cores"]) + [
+        f"--partition={session['partition']}", f"--account={account}", f"--time={session['hours']:02d}:00:00",
+        "--job-name=ood-ddp-lab", f"--output={log}"]
     env = dict(lab.env, DDP_TUTORIAL_WORK=str(work), IPYTHONDIR=str(ipython))
-    submitted = subprocess.run(["sbatch", "--parsable", *options, str(script)], env=env, cwd=tmp_path,
-                               capture_output=True, text=True, timeout=60)
+    submitted = subprocess.run(lab.login_command(["sbatch", "--parsable", *options, str(script)]), env=env,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     tunnel, other = None, None
     try:
+        held = job_fields(lab, job)
+        assert (held["Partition"], held["NumCPUs"], held["TimeLimit"], held.get("Reservation", "")) == (
+            session["partition"], str(session["cores"]), f"{session['hours']:02d}:00:00", ""), held
         text = _wait_for("the address line", lambda: re.search(
             r"ssh -N -L (\d+):(\S+):\1 \S+@\S+\n== then open the address in (\S+) \(",
             log.read_text(errors="replace") if log.exists() else ""), 180, log)
         port, node, url_file = int(text.group(1)), text.group(2), Path(text.group(3))
         assert node in lab.node_names, text.group(0)
+        assert node not in lab.partitions[session["profile"]], f"the CPU session sits on {node}, in the reservation"
         assert url_file.stat().st_mode & 0o777 == 0o600, oct(url_file.stat().st_mode)
         url = url_file.read_text().strip()
         token = re.fullmatch(rf"http://localhost:{port}/lab/tree/00_setup\.ipynb\?token=(\w+)", url).group(1)
         assert token not in log.read_text(errors="replace"), "the token is in the job's log"
         jupyter = [int(p.split()[0]) for p in lab_processes(lab) if "jupyter-lab" in p]
         assert jupyter and all(token.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in jupyter)
-        # A last cell starts engines through SLURM from the kernel (as 05 does) and leaves them running.
+        # A last cell starts engines through SLURM from the kernel as 05 does (the class's shape from the
+        # session's DDP_TUTORIAL_SLURM_* values) and leaves them running.
         notebook_path = work / "en" / "00_setup.ipynb"
         notebook = json.loads(notebook_path.read_text(encoding="utf-8"))
         notebook["cells"].append({
             "cell_type": "code", "execution_count": None, "id": "lab-job-test-engines", "metadata": {}, "outputs": [],
-            "source": f"engines_left_running = ipp.start_slurm(nodes=1, engines_per_node=1, "
+            "source": f"engines_left_running = ipp.start_slurm(nodes={session['job_nodes']}, "
                       f"run_dir={str(tmp_path / 'engines')!r}, time_limit='00:10:00')"})
         notebook_path.write_text(json.dumps(notebook, ensure_ascii=False, indent=1), encoding="utf-8")
         tunnel = Tunnel(lab, node, port)
@@ -777,18 +833,27 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         assert "Traceback" not in shown, shown[-3000:]
         engines = [j for j in lab.queue() if j != job]
         assert engines, "the kernel started no SLURM engine job: the check below would prove nothing"
+        shape = job_fields(lab, engines[0])
+        assert (shape["Partition"], shape.get("Reservation", ""), shape["NumNodes"], shape["Account"]) == (
+            session["profile"], reservation, str(session["job_nodes"]), account), shape
+        assert shape.get("TresPerNode", "").endswith(f"gpu:{session['job_gpus']}"), shape   # gres:gpu:1
+        print(f"session job {job} on {node} ({held['Partition']}, {held['NumCPUs']} cores, {held['TimeLimit']}); "
+              f"engine job {engines[0]} on {shape['NodeList']} ({shape['Partition']}, reservation "
+              f"{shape['Reservation']}, {shape['TresPerNode']} per node)")
         before = lab_processes(lab)
         assert any("ipengine" in p or "ipyparallel" in p for p in before) and any("jupyter" in p for p in before)
         # A job submitted from the lab (as 05's slurm.submit or `!sbatch` in a cell: the lab's environment,
-        # its marker included) on the lab's node is another job: the lab's end leaves it running (LJ07).
+        # its marker included) on the lab's node, in the session's partition (a GPU-less job belongs on no GPU
+        # partition), is another job: the lab's end leaves it running (LJ07).
         environ = Path(f"/proc/{jupyter[0]}/environ").read_text(errors="replace").split("\0")
         lab_env = dict(v.split("=", 1) for v in environ if "=" in v)
         assert "DDP_TUTORIAL_LAB_SESSION" in lab_env
         started_file = tmp_path / "other-started"
-        other = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "other.out"), "--wrap",
-                                f"touch {started_file}; exec sleep 300"], env=lab_env, capture_output=True, text=True,
-                               timeout=60, cwd=tmp_path).stdout.strip().split(";")[0]
-        assert other, "the job submitted from the lab was refused"
+        sent = subprocess.run(["sbatch", "--parsable", "-p", session["partition"], "-c", "1", "-w", node,
+                               "-o", str(tmp_path / "other.out"), "--wrap", f"touch {started_file}; exec sleep 300"],
+                              env=lab_env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        other = sent.stdout.strip().split(";")[0]
+        assert other, f"the job submitted from the lab was refused: {sent.stderr}"
         _wait_for("the job submitted from the lab to start", started_file.exists, 60, tmp_path / "other.out")
 
         lab.run(["scancel", job])
@@ -815,4 +880,5 @@ def test_the_lab_job_in_chromium_ends_with_its_allocation(slurm_cluster, tmp_pat
         if tunnel:
             tunnel.close()
         lab.run(["scancel", job] + ([other] if other else []), check=False)
+        _delete_reservation(lab, reservation)
         shutil.rmtree(work, ignore_errors=True)
