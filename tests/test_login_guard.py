@@ -147,6 +147,11 @@ def test_the_sessions_defaults_are_the_days_layout():
     assert form["ddp_cpus"]["value"] == DAY["session_cores"]
     assert form["bc_num_hours"]["value"] == round(hours(DAY["session_time"]))
     assert form["ddp_reservation"]["value"] == "" and form["ddp_gpus"]["value"] == "0"
+    # 05's jobs: the day's partition and GPUs per node by default (was "generic": no partition, outside the
+    # class's GPU reservation on akya-cuda), and the form offers it
+    assert form["ddp_profile"]["value"] == DAY["job_partition"]
+    assert DAY["job_partition"] in [value for _, value in form["ddp_profile"]["options"]]
+    assert str(form["ddp_job_gpus"]["value"]) == str(DAY["job_gpus_per_node"])
     for start, end in DAY["sessions"]:   # each session of the day fits in the time asked for
         assert hours(end + ":00") - hours(start + ":00") <= hours(DAY["session_time"]), (start, end)
 
