@@ -16,6 +16,7 @@ its checkpoint. SIGUSR1 goes to the batch script, as ``#SBATCH --signal=B:USR1@3
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,11 +37,12 @@ from pathlib import Path
 Path(f"worker-{os.environ['RANK']}.pid").write_text(str(os.getpid()))
 got = []
 signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
-print(f"worker {os.environ['RANK']} ready", flush=True)
+os.write(1, f"worker {os.environ['RANK']} ready\\n".encode())  # one write: two workers' lines never glue
 deadline = time.monotonic() + 30
 while not got and time.monotonic() < deadline:
     time.sleep(0.05)
-print(f"worker {os.environ['RANK']} " + ("got SIGUSR1: checkpoint, exit 75" if got else "timed out"), flush=True)
+said = "got SIGUSR1: checkpoint, exit 75" if got else "timed out"
+os.write(1, f"worker {os.environ['RANK']} {said}\\n".encode())
 sys.exit(75 if got else 3)
 """
 
@@ -90,7 +92,8 @@ def _run(job: str, folder: Path, seconds_after_signal: float) -> tuple:
     reader.start()
     try:
         deadline = time.monotonic() + 120
-        while sum(line.rstrip().endswith(" ready") for line in list(lines)) < 2:
+        # print() writes a line and its newline apart: two workers' lines could glue ("worker 0 readyworker 1 ready")
+        while len(set(re.findall(r"worker (\d+) ready", "".join(list(lines))))) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)  # to the batch script: what --signal=B:USR1@300 does
