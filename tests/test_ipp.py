@@ -1,7 +1,9 @@
 """The ipyparallel launcher of the notebooks, with real local engines and gloo.
 
-Each test starts its own engines (≈7 s for two) and leaves none behind: after a failure every
-engine *and* the controller must be gone, checked by PID.
+Every test leaves no engine behind: after a failure every engine *and* the controller must be gone,
+checked by PID. Starting two engines costs a few CPU-seconds (each imports torch): the tests that only
+use engines share one set (``shared_engines``; the last of them ends it with a call without
+``keep=True``), each test that makes a rank fail, run too long or die starts its own.
 """
 
 import json
@@ -36,7 +38,56 @@ def small_config(root, **extra):
     return TrainConfig(**{**settings, **extra})
 
 
-def test_two_engines_train_like_the_cli(mnist_root, tmp_path, capsys):
+def test_the_engines_wait_for_the_controller_as_long_as_the_kernel_waits_for_them(shared_engines):
+    started = ipp.start(2, device="cpu")  # the module's engines, started by ipp.start(2) as here
+    assert started is shared_engines
+    for pid in started.pids:
+        assert "--IPEngine.timeout=120" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
+
+
+def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines(mnist_root, shared_engines, capsys):
+    """Outside a live kernel the bar is tqdm's text form, one per epoch, without timings; the
+    engines keep the data set in memory for the next call (a new staging would invalidate it)."""
+
+    ipp.train(small_config(mnist_root, epochs=2, batch_size=64), n=2, keep=True)
+    err = capsys.readouterr().err
+    assert "epoch 0: 100%|" in err and "epoch 1: 100%|" in err and "32/32" in err, err
+    assert "it/s" not in err and "batch/s" not in err and "<" not in err  # no timing in stored outputs
+    engines = ipp.current()
+    for rank, eid in enumerate(engines.ids):  # rank 0 also holds the test split (it evaluates)
+        splits = {True, False} if rank == 0 else {True}
+        assert sorted(engines.client[eid].apply_sync(_cached_data)) == sorted(
+            ("mnist", str(mnist_root), split) for split in splits)
+    results = ipp.train(small_config(mnist_root, epochs=1), n=2, keep=True, progress=False)
+    assert results[0].test_accuracy > 80
+    assert "epoch 0:" not in capsys.readouterr().err  # progress=False: no bar
+
+    def long_work(env):  # a long ipp.run with its own tqdm.auto bar: rank 0's is drawn here
+        from tqdm.auto import tqdm
+        for _ in tqdm(range(7), desc=f"work {env.rank}"):
+            pass
+        return env.rank
+
+    assert ipp.run(long_work, n=2, keep=True) == [0, 1]
+    err = capsys.readouterr().err
+    assert "work 0: 100%|" in err and "7/7" in err and "work 1" not in err, err
+
+    def quick_then_slow(env):  # a bar that starts and ends between two looks of the kernel (0.2 s)
+        import time
+
+        from tqdm.auto import tqdm
+        for _ in tqdm(range(3), desc="quick"):
+            pass
+        for _ in tqdm(range(2), desc="slow"):
+            time.sleep(0.3)
+        return env.rank
+
+    assert ipp.run(quick_then_slow, n=2, keep=True) == [0, 1]
+    err = capsys.readouterr().err
+    assert "quick: 100%|" in err and "3/3" in err and "slow: 100%|" in err and "2/2" in err, err
+
+
+def test_two_engines_train_like_the_cli(mnist_root, shared_engines, tmp_path, capsys):
     results = ipp.train(small_config(mnist_root), n=2, keep=True)
     assert [r.rank for r in results] == [0, 1]
     assert all(r.world_size == 2 and r.backend == "gloo" and r.launcher == "explicit" for r in results)
@@ -171,17 +222,6 @@ def test_an_engine_that_gives_up_registering_is_said_at_once_with_its_reason(mon
     assert ipp.current() is None
 
 
-def test_the_engines_wait_for_the_controller_as_long_as_the_kernel_waits_for_them():
-    from ddp_tutorial.ipp import engines as es
-    started = ipp.start(2, device="cpu")
-    try:
-        for pid in started.pids:
-            assert "--IPEngine.timeout=120" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
-    finally:
-        ipp.stop()
-    assert es.current() is None
-
-
 def test_bad_engine_counts_are_refused_before_anything_starts():
     for n in (0, -1, 1.5):
         with pytest.raises(TutorialError, match="engines|motor"):
@@ -207,48 +247,6 @@ def test_gpu_engines_train_on_their_gpus_while_the_kernel_stays_off_cuda(mnist_r
     assert results[0].backend == ("nccl" if n > 1 else results[0].backend)
     assert len({r.weights_sha256 for r in results}) == 1 and results[0].test_accuracy > 80
     assert not torch.cuda.is_initialized()  # the kernel (this process) never touched CUDA
-
-
-def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines(mnist_root, capsys):
-    """Outside a live kernel the bar is tqdm's text form, one per epoch, without timings; the
-    engines keep the data set in memory for the next call (a new staging would invalidate it)."""
-
-    ipp.train(small_config(mnist_root, epochs=2, batch_size=64), n=2, keep=True)
-    err = capsys.readouterr().err
-    assert "epoch 0: 100%|" in err and "epoch 1: 100%|" in err and "32/32" in err, err
-    assert "it/s" not in err and "batch/s" not in err and "<" not in err  # no timing in stored outputs
-    engines = ipp.current()
-    for rank, eid in enumerate(engines.ids):  # rank 0 also holds the test split (it evaluates)
-        splits = {True, False} if rank == 0 else {True}
-        assert sorted(engines.client[eid].apply_sync(_cached_data)) == sorted(
-            ("mnist", str(mnist_root), split) for split in splits)
-    results = ipp.train(small_config(mnist_root, epochs=1), n=2, keep=True, progress=False)
-    assert results[0].test_accuracy > 80
-    assert "epoch 0:" not in capsys.readouterr().err  # progress=False: no bar
-
-    def long_work(env):  # a long ipp.run with its own tqdm.auto bar: rank 0's is drawn here
-        from tqdm.auto import tqdm
-        for _ in tqdm(range(7), desc=f"work {env.rank}"):
-            pass
-        return env.rank
-
-    assert ipp.run(long_work, n=2) == [0, 1]
-    err = capsys.readouterr().err
-    assert "work 0: 100%|" in err and "7/7" in err and "work 1" not in err, err
-
-    def quick_then_slow(env):  # a bar that starts and ends between two looks of the kernel (0.2 s)
-        import time
-
-        from tqdm.auto import tqdm
-        for _ in tqdm(range(3), desc="quick"):
-            pass
-        for _ in tqdm(range(2), desc="slow"):
-            time.sleep(0.3)
-        return env.rank
-
-    assert ipp.run(quick_then_slow, n=2) == [0, 1]
-    err = capsys.readouterr().err
-    assert "quick: 100%|" in err and "3/3" in err and "slow: 100%|" in err and "2/2" in err, err
 
 
 GUARDED_KERNEL = """
@@ -278,11 +276,11 @@ def test_the_watchdog_ends_what_it_guards_when_its_kernel_dies(how):
         os.kill(kernel.pid, signal.SIGKILL)
         kernel.wait()
         began = time.monotonic()
-        while alive(child_pid) and time.monotonic() - began < 15:
-            time.sleep(0.05)
         if how == "sigkill":
+            while alive(child_pid) and time.monotonic() - began < 15:
+                time.sleep(0.05)
             assert not alive(child_pid) and time.monotonic() - began < 10
-        else:
+        else:  # the watchdog left at release(): nothing else could end the child, 1.5 s shows it untouched
             time.sleep(1.5)
             assert alive(child_pid)  # released: not the watchdog's to end
     finally:
