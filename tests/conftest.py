@@ -4,6 +4,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the tests' helper modules, in one folder
 
 from data_fixtures import fashion_root, mnist_root  # noqa: E402,F401  (shared data fixtures)
+from engine_checks import module_engines, shared_engines  # noqa: E402,F401  (the ipyparallel tests' shared engines)
 
 
 # ===== SLURM test cluster — begin (tests/helpers/slurmlab.py; owner: the SLURM part) ================
