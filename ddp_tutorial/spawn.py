@@ -95,7 +95,7 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
         from .train import train
         return run_and_exit(train, config, env)
     return run_processes(nproc_per_node, _train_child, (config, nproc_per_node, node_rank, num_nodes),
-                         node_rank=node_rank)
+                         node_rank=node_rank, preload=("ddp_tutorial.train",))
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,9 @@ victim; the supervisor waits a few seconds for the cause, names it, and lists th
 consequences, with the line number of NCCL's "Watchdog caught collective operation timeout"
 in the job's error file when stderr is a file (SLURM's ``.err``).
 Signals it receives (SIGUSR1 from SLURM before the time limit, SIGTERM) are passed on to
-the children; Ctrl-C stops them. Children die with it if it is killed (``PR_SET_PDEATHSIG``).
+the children; Ctrl-C stops them. The children are forked from one server process that imported
+torch once (:func:`rank_context`): N ranks cost one import of torch, not N. They die with that
+server (``PR_SET_PDEATHSIG``), and the server ends with this launcher, killed or not.
 It knows nothing of training: :mod:`ddp_tutorial.spawn` gives it the training function.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -37,21 +40,69 @@ GRACE_SECONDS = 5.0
 CAUSE_WAIT_SECONDS = 10.0  # how long to wait for the real cause after a rank lost contact
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies: no orphans."""
+def _die_with_parent(name: str) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies: no orphans. And name it (``rank3`` in
+    ``top`` and ``ps -o comm``): forked from the server, its command line is the server's."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        libc.prctl(15, name.encode()[:15])  # PR_SET_NAME = 15
     except OSError:
         pass
 
 
-def _child_entry(local_rank: int, function: Callable, args: tuple) -> None:
-    _die_with_parent()
+#: Imported once, by the server the ranks are forked from: what every rank imports before its first step.
+#: ``torch._dynamo``: DistributedDataParallel's constructor imports it (about 1 CPU-s per rank, measured
+#: with torch 2.14); where a torch has no such module the server skips the name.
+SERVER_IMPORTS = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
+#: Held (blocked) in the server and in each rank until the rank's handlers are in place: SLURM signals every
+#: process of a step, and SIGUSR1's default action would end the server, and with it every rank.
+HELD_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM})
+
+
+def rank_context(function: Callable, preload: Sequence[str] = ()) -> mp.context.BaseContext:
+    """Where the ranks come from: ``multiprocessing``'s fork server, started here once per launcher process,
+    imports torch (and ``function``'s module, and ``preload``) and forks a rank for each request.
+
+    A spawned rank is a fresh interpreter that imports torch by itself: 2 CPU-s each with torch's CUDA build
+    here, and on a cluster N processes per node reading thousands of files from a shared file system at
+    once. A forked rank starts with those modules in memory. It is still safe with CUDA: the server only
+    imports (no CUDA call, no thread pool), so every rank initialises its own GPU as a spawned one does.
+    What a rank takes from this process at its start — the environment, the open-files limit — is passed
+    with it (:func:`_as_launched`): the server's own are those it started with."""
+    context = mp.get_context("forkserver")
+    modules = [*SERVER_IMPORTS, *preload]
+    if function.__module__ != "__main__":  # a script's __main__ is imported by each rank, as with spawn
+        modules.append(function.__module__)
+    context.set_forkserver_preload([*modules, "ddp_tutorial.server_exit"])  # last: see that module
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)  # the server starts with them held
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return context
+
+
+def _as_launched(launched: dict) -> None:
+    """Give this rank the environment and the open-files limit of its launcher at the moment it was started."""
+    import resource
+    for name in set(os.environ) - set(launched["environ"]):
+        del os.environ[name]
+    os.environ.update(launched["environ"])
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, launched["open_files"])
+    except (ValueError, OSError):
+        pass  # the server's limit stays: ensure_open_files checked the launcher's
+
+
+def _child_entry(local_rank: int, function: Callable, args: tuple, launched: dict) -> None:
+    _die_with_parent(mp.current_process().name)
+    _as_launched(launched)
     from .preemption import remember_early_signal
     remember_early_signal()  # SIGUSR1 before training starts: remembered, not fatal
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # one held since the fork arrives now
     from .entry import run_and_exit
     code = run_and_exit(function, local_rank, *args)
     # The rank's work is done and on disk (results and checkpoints are written atomically, the group
@@ -165,8 +216,9 @@ def ensure_open_files(world_size: int) -> None:
 
 
 def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: int = 0,
-                  rank_of: Optional[Callable[[int], int]] = None) -> int:
-    """Start ``function(local_rank, *args)`` in ``nprocs`` fresh processes and supervise them.
+                  rank_of: Optional[Callable[[int], int]] = None, preload: Sequence[str] = ()) -> int:
+    """Start ``function(local_rank, *args)`` in ``nprocs`` processes and supervise them (``preload``: modules
+    the ranks need, imported once for all of them, see :func:`rank_context`).
 
     Returns 0 when all succeed, ``EXIT_REQUEUE`` when they stopped for a requeue, otherwise the
     exit code of the first real failure (1 when it was killed by a signal; 3 when this node's
@@ -174,14 +226,16 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     """
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
     prefer_passive_openmp()  # on a busy machine the children's OpenMP threads sleep while waiting
-    context = mp.get_context("spawn")  # fresh interpreters: safe with CUDA, same on every OS
+    import resource
+    context = rank_context(function, preload)
     passed = early_signal()  # SLURM's warning came while this launcher imported: the children start stopped
     if passed:
         os.environ[EARLY_STOP_VARIABLE] = "1"
     children: List[mp.Process] = []
     try:
         for local_rank in range(nprocs):
-            child = context.Process(target=_child_entry, args=(local_rank, function, args),
+            launched = {"environ": dict(os.environ), "open_files": resource.getrlimit(resource.RLIMIT_NOFILE)}
+            child = context.Process(target=_child_entry, args=(local_rank, function, args, launched),
                                     name=f"rank{rank_of(local_rank)}")
             child.start()
             children.append(child)

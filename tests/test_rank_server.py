@@ -1,0 +1,67 @@
+"""The ranks of a launch are forked from one server that imported torch once (ddp_tutorial.supervisor.rank_context).
+
+What that must not change: each rank still starts with its launcher's environment of that moment, a
+SIGUSR1 sent to the whole process group (SLURM signals every process of a step) reaches the ranks and
+does not end the server, and nothing outlives the launcher. Real processes; the launcher is
+tests/helpers/rank_server_probe.py, which imports no torch itself.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROBE = Path(__file__).resolve().parent / "helpers" / "rank_server_probe.py"
+
+
+def _session_processes(sid: int):
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                left.append(int(entry.name))
+    return left
+
+
+def _run(mode: str, out: Path, **kwargs) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "RANK_SERVER_VARIABLE"}
+    return subprocess.Popen([sys.executable, str(PROBE), mode, str(out)], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_ranks_start_with_torch_imported_and_the_launchers_environment_of_that_moment(tmp_path):
+    launcher = _run("start", tmp_path)
+    output, _ = launcher.communicate(timeout=240)
+    assert launcher.returncode == 0, output
+    found = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert sorted(found) == ["1-0", "1-1", "2-0", "2-1", "3-0", "3-1"], output
+    for name, rank in found.items():
+        # torch is there, yet the rank has used almost no CPU: importing torch costs over a second of CPU
+        assert rank["torch"] and rank["cpu"] < 0.5, (name, rank)
+        assert rank["comm"] == f"rank{name[-1]}", (name, rank)  # named for top and ps, not "python"
+    # set before the first launch, changed after the server started, then removed: each launch's ranks see that moment's
+    assert [found[f"{launch}-0"]["variable"] for launch in (1, 2, 3)] == ["first", "second", None]
+    assert found["2-1"]["variable"] == "second" and found["3-1"]["variable"] is None
+    time.sleep(0.5)
+    assert _session_processes(launcher.pid) == [], "the server or a rank outlived its launcher"
+
+
+def test_sigusr1_to_the_whole_process_group_reaches_the_ranks_and_spares_the_server(tmp_path):
+    launcher = _run("usr1", tmp_path)
+    deadline = time.monotonic() + 180
+    while len(list(tmp_path.glob("ready-*"))) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(tmp_path.glob("ready-*"))) == 2, launcher.communicate(timeout=30)[0]
+    os.killpg(launcher.pid, signal.SIGUSR1)  # as SLURM signals a step: every process, the server included
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, output
+    assert [(tmp_path / f"got-{r}").read_text() for r in (0, 1)] == ["True", "True"], output
+    time.sleep(0.5)
+    assert _session_processes(launcher.pid) == [], "the server or a rank outlived its launcher"
