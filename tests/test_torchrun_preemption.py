@@ -4,7 +4,9 @@ The rendered ``slurm/torchrun.sbatch`` runs here as a batch script would on one 
 only the ``srun …`` prefix of its launch taken away (the step is then torchrun itself, the process srun
 would start on this node, and the script's trap signals torchrun alone), and SLURM's variables set as SLURM
 sets them (``scontrol show hostnames`` reads a one-node slurm.conf). Under srun, slurmstepd signals every
-process of the step, workers included: the lab test below covers that, for every template.
+process of the step, workers included: the SLURM lab's test covers that, for every template
+(tests/test_slurm_jobs.py::test_sigusr1_reaches_every_worker_of_every_template_on_the_lab, which reads the
+requeued jobs it shares with the weights test named below).
 SIGUSR1 goes to the batch script, as ``#SBATCH --signal=B:USR1@S`` and ``scancel --signal=USR1 --batch``
 send it: its trap passes it to torchrun, which must pass it to both workers (``--signals-to-handle``:
 torchrun overwrites an exported ``TORCHELASTIC_SIGNALS_TO_HANDLE``, so without the option SIGUSR1 kills
@@ -147,72 +149,3 @@ def test_sigusr1_reaches_every_torchrun_worker_checkpoint_75_and_resume(mnist_ro
     assert len(result["epochs"]) == EPOCHS and result["launcher"] == "torchrun"
     print(f"stopped at epoch {epoch} step {step}; stop run {first:.1f} s, resumed run "
           f"{time.monotonic() - began - first:.1f} s")
-
-
-# ------------------------------------------------------------------------------------------
-# Every launcher on the SLURM lab: SIGUSR1 to the batch script → srun's step → every worker
-
-
-@pytest.fixture(scope="module")
-def lab_data(tmp_path_factory) -> Path:
-    from idx_files import write_mnist_like
-
-    return write_mnist_like(tmp_path_factory.mktemp("preempt-data"), dataset="mnist", n_train=3000, n_test=500, seed=0)
-
-
-def _usr1_after(jobs: dict, pattern: str, env: dict, timeout: float) -> None:
-    """SIGUSR1 to each job's batch script (``scancel --signal=USR1 --batch``) once its log shows ``pattern``."""
-    waiting, deadline = dict(jobs), time.monotonic() + timeout
-    while waiting and time.monotonic() < deadline:
-        for name, job in list(waiting.items()):
-            path = slurm.log_path(job, env=env)
-            if path.exists() and re.search(pattern, path.read_text(errors="replace"), re.M):
-                slurm.cancel(job, signal="USR1", batch=True, env=env)
-                del waiting[name]
-            elif slurm.job_info(job, env=env).finished:
-                raise AssertionError(f"job {job} ({name}) ended before {pattern!r}:\n"
-                                     + (path.read_text(errors="replace") if path.exists() else "(no log)"))
-        time.sleep(0.1)
-    assert not waiting, f"{pattern!r} did not appear within {timeout} s in the logs of {waiting}"
-
-
-# The step's exit code after every worker stopped for the requeue: spawn and srun report the workers' 75, torchrun
-# its own 1 after passing the signal on. srun's --kill-on-bad-exit counts the first task's exit (75 or 1) as a
-# failure and terminates the tasks still ending (143: a full clean-clone run saw node 0's spawn parent, its ranks
-# already stopped, terminated so). What never comes is 138: torchrun killed by the signal it should pass on.
-STEP_CODE = {"seed": {"75", "143"}, "per-gpu": {"75", "143"}, "torchrun": {"1", "143"}}
-
-
-@pytest.mark.slurm
-def test_sigusr1_reaches_every_worker_of_every_template_on_the_lab(slurm_cluster, lab_data, tmp_path):
-    """Each template (seed: spawn per node; per-gpu: srun per process; torchrun per node), 2 nodes × 2
-    processes, requeue on: SIGUSR1 to the batch script after epoch 0 → all 4 workers stop at one step with a
-    checkpoint and exit 75 → scontrol requeue → the rerun resumes at that step and completes."""
-    lab = slurm_cluster
-    jobs = {}
-    for template in sorted(slurm.TEMPLATES):
-        spec = slurm.JobSpec(template=template, nodes=2, nproc_per_node=2, cpus_per_process=1, python=sys.executable,
-                             workdir=str(REPO), run_dir=str(tmp_path / template), root=str(lab_data), dataset="mnist",
-                             epochs=8, batch_size=32, seed=0, time="00:10:00", job_name=f"usr1-{template}",
-                             signal_seconds=60, requeue=True)
-        jobs[template] = slurm.submit(slurm.write_script(slurm.render(spec), tmp_path / f"{template}.sh"), env=lab.env)
-    _usr1_after(jobs, r"^epoch 0:", env=lab.env, timeout=180)
-    for template, job in jobs.items():
-        info = slurm.wait(job, timeout=240, poll=0.5, max_poll=2, env=lab.env)
-        log = slurm.read_log(job, env=lab.env)
-        assert info.state == "COMPLETED" and info.restarts == 1, f"{template}: {info.describe()}\n{log}"
-        stopped = re.findall(r"rank (\d): stop requested \(SIGUSR1\) — checkpoint written at epoch (\d+), step (\d+); "
-                             r"exiting with code 75", log)
-        assert sorted(rank for rank, _, _ in stopped) == ["0", "1", "2", "3"], f"{template}:\n{log}"
-        assert len({(epoch, step) for _, epoch, step in stopped}) == 1, f"{template}:\n{log}"
-        assert "requeueing job" in log and "restart 1," in log, f"{template}:\n{log}"
-        # The step's own code after the signal. slurmstepd signals every process of the step, so the workers
-        # get SIGUSR1 under any torchrun; torchrun told to handle it waits for their checkpoint and exits 1,
-        # one that is not dies at once (138) and srun's --kill-on-bad-exit then races the workers' checkpoint.
-        code = re.search(r"^training finished with exit code (\d+)", log, re.M).group(1)
-        assert code in STEP_CODE[template], f"{template}: step exit code {code}\n{log}"
-        result = slurm.read_result(job, env=lab.env)
-        position = {"epoch": int(stopped[0][1]), "step": int(stopped[0][2])}
-        assert result["resumed_from"] == position, (template, result["resumed_from"], log)
-        assert len(result["epochs"]) == 8 and result["world_size"] == 4
-        print(f"{template}: job {job} stopped by SIGUSR1 at {position}, requeued, resumed there")
