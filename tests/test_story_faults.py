@@ -207,22 +207,34 @@ def test_sigusr1_while_a_launcher_imports_torch_stops_for_a_requeue(command, mni
     assert proc.returncode == 75, (proc.returncode, output[-2000:])
 
 
-def test_a_reader_that_leaves_does_not_stop_the_training(mnist_root, tmp_path):
-    out = tmp_path / "r.json"
-    shell = (f"{BIN / 'ddp-tutorial'} train --dataset mnist --root {mnist_root} --epochs 2 --train-subset 1024 "
-             f"--nproc-per-node 1 --device cpu --json {out} | head -n 1")
+FINISHED = ["--dataset", "mnist", "--train-subset", "512", "--device", "cpu"]  # the finished run's data, as resumed
+
+
+@pytest.fixture(scope="module")
+def finished_run(mnist_root, tmp_path_factory):
+    """A 2-epoch run whose reader leaves after the first line (B12), with rank 0's checkpoints: the reader's test
+    reads its output, and the resume test starts from its checkpoint (the finished run it needs, without a second
+    training process of its own). 512 samples: the reader leaves at the first line, whatever the data's size."""
+    folder = tmp_path_factory.mktemp("finished-run")
+    shell = (f"{BIN / 'ddp-tutorial'} train {' '.join(FINISHED)} --root {mnist_root} --epochs 2 --nproc-per-node 1 "
+             f"--checkpoint-dir {folder / 'ck'} --json {folder / 'r.json'} | head -n 1")
     done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=240,
                           env=_env())
-    assert out.is_file(), done.stdout + done.stderr
+    return folder, done
+
+
+def test_a_reader_that_leaves_does_not_stop_the_training(finished_run):
+    folder, done = finished_run
+    assert (folder / "r.json").is_file(), done.stdout + done.stderr
     assert "BrokenPipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-def test_resuming_a_finished_run_says_there_is_nothing_left(mnist_root, tmp_path):
-    base = [sys.executable, "-m", "ddp_tutorial.train", "--dataset", "mnist", "--root", str(mnist_root),
-            "--train-subset", "512", "--checkpoint-dir", str(tmp_path / "ck"), "--no-eval"]
-    subprocess.run([*base, "--epochs", "2"], check=True, capture_output=True, timeout=240, env=_env())
-    done = subprocess.run([*base, "--epochs", "1", "--resume"], capture_output=True, text=True, timeout=240,
-                          env=_env())
+def test_resuming_a_finished_run_says_there_is_nothing_left(finished_run, mnist_root):
+    folder, finished = finished_run
+    assert (folder / "ck" / "checkpoint.pt").is_file(), finished.stdout + finished.stderr
+    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.train", *FINISHED, "--root", str(mnist_root),
+                           "--checkpoint-dir", str(folder / "ck"), "--no-eval", "--epochs", "1", "--resume"],
+                          capture_output=True, text=True, timeout=240, env=_env())
     assert done.returncode == 0 and "nothing left to train" in done.stdout, done.stdout + done.stderr
 
 

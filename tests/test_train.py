@@ -30,15 +30,27 @@ def small(root, *extra):
     return ["--dataset", "mnist", "--root", str(root), "--epochs", "1", "--threads", "1", *extra]
 
 
-def test_train_function_in_process(mnist_root):
-    result = train(TrainConfig(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True))
+@pytest.fixture
+def one_thread():
+    """``threads`` for a run inside pytest's own process: one intra-op thread, as the CLI runs here get (--threads 1).
+    A world-1 run's own default is every core (2 on the CI machine), whose idle threads spin between steps: 2.3
+    CPU-s more for one 4096-sample epoch on the loaded 2-core machine, and nothing these checks look at (the weights
+    are compared between runs of one thread count). Afterwards pytest's process gets its thread count back."""
+    import torch
+    before = torch.get_num_threads()
+    yield 1
+    torch.set_num_threads(before)
+
+
+def test_train_function_in_process(mnist_root, one_thread):
+    result = train(TrainConfig(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True, threads=one_thread))
     assert result.world_size == 1 and result.num_parameters == 134_794
     assert result.steps_per_epoch == 32                      # 4096 / 128
     assert result.test_accuracy > 80
-    again = train(TrainConfig(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True))
+    again = train(TrainConfig(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True, threads=one_thread))
     assert again.weights_sha256 == result.weights_sha256     # same seed, same weights
     other = train(TrainConfig(dataset="mnist", root=str(mnist_root), epochs=1, seed=1, quiet=True,
-                              evaluate=False))
+                              evaluate=False, threads=one_thread))
     assert other.weights_sha256 != result.weights_sha256
     assert other.test_accuracy is None
 
@@ -156,13 +168,14 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     assert record.result.backend == recorded and record.result.device == device
 
 
-def test_sgd_is_an_option_recorded_and_kept_on_resume(mnist_root, tmp_path):
+def test_sgd_is_an_option_recorded_and_kept_on_resume(mnist_root, tmp_path, one_thread):
     """--optimizer sgd (momentum 0.9) trains, the result says so, and a checkpoint made with one
     optimizer is not resumed with the other (its state would not fit): a clear message."""
     from ddp_tutorial.i18n import TutorialError
-    base = dict(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True, checkpoint_dir=str(tmp_path / "c"))
+    base = dict(dataset="mnist", root=str(mnist_root), epochs=1, quiet=True, checkpoint_dir=str(tmp_path / "c"),
+                threads=one_thread)
     sgd = train(TrainConfig(optimizer="sgd", lr=0.05, **base))
-    adam = train(TrainConfig(epochs=1, quiet=True, dataset="mnist", root=str(mnist_root)))
+    adam = train(TrainConfig(epochs=1, quiet=True, dataset="mnist", root=str(mnist_root), threads=one_thread))
     assert sgd.optimizer == "sgd" and adam.optimizer == "adam"
     assert sgd.weights_sha256 != adam.weights_sha256 and sgd.test_accuracy > 80
     with pytest.raises(TutorialError) as caught:
