@@ -10,8 +10,8 @@ consequences, with the line number of NCCL's "Watchdog caught collective operati
 in the job's error file when stderr is a file (SLURM's ``.err``).
 Signals it receives (SIGUSR1 from SLURM before the time limit, SIGTERM) are passed on to
 the children; Ctrl-C stops them. The children are forked from one server process that imported
-torch once (:func:`rank_context`): N ranks cost one import of torch, not N. They die with that
-server (``PR_SET_PDEATHSIG``), and the server ends with this launcher, killed or not.
+torch once (:func:`rank_context`): N ranks cost one import of torch, not N. They end with this
+launcher, killed or not (:func:`_end_with_the_launcher`), and so does the server.
 It knows nothing of training: :mod:`ddp_tutorial.spawn` gives it the training function.
 """
 
@@ -95,8 +95,32 @@ def _as_launched(launched: dict) -> None:
         pass  # the server's limit stays: ensure_open_files checked the launcher's
 
 
+def _end_with_the_launcher() -> None:
+    """A rank ends when its launcher ends, even killed (SIGKILL, the OOM killer, one task's scancel). Its parent
+    is the server, so ``PR_SET_PDEATHSIG`` alone would wait for the server, and the server waits for every
+    holder of its "alive" pipe: the launcher and, in CPython's fork server, every rank it forked. So:
+
+    1. this rank closes its copy of that pipe (``_forkserver_alive_fd``, a private name of CPython's
+       ``multiprocessing.forkserver``, 3.8 to 3.13): the launcher's end is the server's end, and the kernel
+       then kills each rank, a stopped one too (tests/test_rank_server.py fails if this stops working);
+    2. a thread waits for the launcher (``multiprocessing.parent_process()``, public) and ends this rank: the
+       same without the private name, except for a rank stopped at that moment (it ends when continued)."""
+    import threading
+    from multiprocessing import forkserver
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(alive, int):
+        os.close(alive)
+        server._forkserver_alive_fd = None  # a server started from this rank is its own, as anywhere
+    launcher = mp.parent_process()
+    if launcher is not None:
+        threading.Thread(target=lambda: (launcher.join(), os.kill(os.getpid(), signal.SIGKILL)),
+                         name="end-with-launcher", daemon=True).start()
+
+
 def _child_entry(local_rank: int, function: Callable, args: tuple, launched: dict) -> None:
     _die_with_parent(mp.current_process().name)
+    _end_with_the_launcher()
     _as_launched(launched)
     from .preemption import remember_early_signal
     remember_early_signal()  # SIGUSR1 before training starts: remembered, not fatal

@@ -53,12 +53,34 @@ def test_ranks_start_with_torch_imported_and_the_launchers_environment_of_that_m
     assert _session_processes(launcher.pid) == [], "the server or a rank outlived its launcher"
 
 
+def _wait_ready(launcher: subprocess.Popen, out: Path) -> None:
+    deadline = time.monotonic() + 180
+    while len(list(out.glob("ready-*"))) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(out.glob("ready-*"))) == 2, launcher.communicate(timeout=30)[0]
+
+
+def test_a_killed_launcher_takes_its_ranks_and_the_server_along_a_stopped_rank_too(tmp_path):
+    """SIGKILL (the OOM killer, one task's scancel) leaves the launcher no time to stop anything: the ranks,
+    whose parent is the server, must still end at once, rank 1 even while it is stopped (SIGSTOP)."""
+    launcher = _run("hold", tmp_path)
+    _wait_ready(launcher, tmp_path)
+    stopped = int((tmp_path / "ready-1").read_text())
+    os.kill(stopped, signal.SIGSTOP)
+    while Path(f"/proc/{stopped}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)  # stopped now, all its threads
+    launcher.kill()
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _session_processes(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _session_processes(launcher.pid)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:100] for pid in left]
+
+
 def test_sigusr1_to_the_whole_process_group_reaches_the_ranks_and_spares_the_server(tmp_path):
     launcher = _run("usr1", tmp_path)
-    deadline = time.monotonic() + 180
-    while len(list(tmp_path.glob("ready-*"))) < 2 and launcher.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(list(tmp_path.glob("ready-*"))) == 2, launcher.communicate(timeout=30)[0]
+    _wait_ready(launcher, tmp_path)
     os.killpg(launcher.pid, signal.SIGUSR1)  # as SLURM signals a step: every process, the server included
     output, _ = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, output

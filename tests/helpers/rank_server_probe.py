@@ -4,6 +4,7 @@ imported got it from the server it was forked from.
 
     python rank_server_probe.py start OUT      two launches of 2 ranks; VARIABLE changed and removed between them
     python rank_server_probe.py usr1 OUT       2 ranks that wait for SIGUSR1 (sent to the whole process group)
+    python rank_server_probe.py hold OUT       2 ranks that write their PID and wait (the launcher is then killed)
 """
 
 import json
@@ -31,6 +32,13 @@ def wait_for_usr1(local_rank: int, out: str) -> int:
     return 0
 
 
+def hold(local_rank: int, out: str) -> int:
+    Path(out, f"pid-{local_rank}").write_text(str(os.getpid()))
+    Path(out, f"pid-{local_rank}").rename(Path(out, f"ready-{local_rank}"))  # whole when it appears
+    time.sleep(300)
+    return 0
+
+
 def main() -> int:
     from ddp_tutorial.supervisor import run_processes
     mode, out = sys.argv[1], sys.argv[2]
@@ -42,7 +50,7 @@ def main() -> int:
         del os.environ["RANK_SERVER_VARIABLE"]
         codes.append(run_processes(2, at_start, (out, 3)))
         return max(codes)
-    return run_processes(2, wait_for_usr1, (out,))
+    return run_processes(2, wait_for_usr1 if mode == "usr1" else hold, (out,))
 
 
 if __name__ == "__main__":
