@@ -207,7 +207,7 @@ def test_sigusr1_while_a_launcher_imports_torch_stops_for_a_requeue(command, mni
     assert proc.returncode == 75, (proc.returncode, output[-2000:])
 
 
-FINISHED = ["--dataset", "mnist", "--train-subset", "512", "--device", "cpu"]  # the finished run's data, as resumed
+FINISHED = ["--dataset", "mnist", "--train-subset", "512", "--device", "cpu", "--threads", "1"]  # as resumed
 
 
 @pytest.fixture(scope="module")
