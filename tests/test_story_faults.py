@@ -201,10 +201,25 @@ def test_sigusr1_while_a_launcher_imports_torch_stops_for_a_requeue(command, mni
                              "--train-subset", "2048", "--checkpoint-dir", str(tmp_path / "ck"), "--no-eval",
                              "--device", "cpu"],
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.4)  # the interpreter is up, torch is still being imported
+    # At the first moment the launcher catches SIGUSR1 (ddp_tutorial/__init__.py, before torch is imported), not
+    # after a fixed 0.4 s: at load 36 the interpreter had not come that far and died of the signal (rc -10).
+    deadline = time.monotonic() + 60
+    while not _catches_sigusr1(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "the launcher never caught SIGUSR1"
+        time.sleep(0.001)
+    torch_loaded = "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
     proc.send_signal(signal.SIGUSR1)
     output = proc.communicate(timeout=240)[0]
+    assert not torch_loaded, "the launcher caught SIGUSR1 only once torch was loaded"
     assert proc.returncode == 75, (proc.returncode, output[-2000:])
+
+
+def _catches_sigusr1(pid: int) -> bool:
+    """Has the process a handler for SIGUSR1 (its bit in /proc/PID/status's SigCgt)?"""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+    return False
 
 
 FINISHED = ["--dataset", "mnist", "--train-subset", "512", "--device", "cpu", "--threads", "1"]  # as resumed
