@@ -115,6 +115,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def _environ(pid: int) -> Dict[str, str]:
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
@@ -193,6 +200,13 @@ class Job:
                  if info[0] == self.proc.pid and marker in _cmdline(pid)]
         return [pid for _start, pid in sorted(found)]
 
+    def ranks(self) -> List[int]:
+        """The supervisor's rank processes (named ``rank<N>``, forked from its server), in order of start."""
+        self._record()
+        found = [(start, pid) for pid, start in self.seen.items()
+                 if _alive(pid, start) and _comm(pid).startswith("rank")]
+        return [pid for _start, pid in sorted(found)]
+
     def wait(self, until: float) -> Optional[int]:
         """Exit code, or None if still running at the monotonic time ``until``."""
         try:
@@ -263,7 +277,7 @@ def train_args(root: Path, epochs: int, *extra: str) -> List[str]:
 
 
 def _spawn_rank_pid(job: Job, local_rank: int) -> int:
-    ranks = job.children("spawn_main")  # multiprocessing's spawned children, started in local-rank order
+    ranks = job.ranks()  # started in local-rank order
     assert len(ranks) >= local_rank + 1, f"children of {job.name}: {ranks}"
     return ranks[local_rank]
 
@@ -393,7 +407,7 @@ def test_a_killed_node_parent_takes_its_ranks_along(slow_root, jobs, tmp_path):
     started = Launcher("spawn-2x2").start(jobs, train_args(slow_root, 50), tmp_path)
     started[1].wait_for(r"loss at rank 3 is")
     time.sleep(0.5)
-    orphans_to_be = started[1].children("spawn_main")
+    orphans_to_be = started[1].ranks()
     assert len(orphans_to_be) == 2
     os.kill(started[1].proc.pid, signal.SIGKILL)
     fault = time.monotonic()
