@@ -39,7 +39,7 @@ def small_config(root, **extra):
 
 
 def test_the_engines_wait_for_the_controller_as_long_as_the_kernel_waits_for_them(shared_engines):
-    started = ipp.start(2, device="cpu")  # the module's engines, started by ipp.start(2) as here
+    started = ipp.start(2)  # the module's engines (started by this same call), CPU or one per GPU
     assert started is shared_engines
     for pid in started.pids:
         assert "--IPEngine.timeout=120" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
