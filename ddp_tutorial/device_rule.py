@@ -13,14 +13,15 @@ import contextlib
 import os
 import shutil
 import sys
-from typing import Mapping, Optional
-
-import torch
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from . import launch_env
 from .config import TRAIN_RULES
 from .i18n import TutorialError
 from .whoami import DistEnv, env_int
+
+if TYPE_CHECKING:  # torch only where a device is made: a launcher applies the rule without importing it
+    import torch
 
 
 BINDING_VARIABLE = "DDP_TUTORIAL_GPU_BINDING"  # task | shared: overrides the guess of binding_of()
@@ -109,6 +110,7 @@ def choose_device(requested: str, env: DistEnv, environ: Optional[Mapping[str, s
     When GPUs were asked for and torch sees none, the message says why, from the facts of
     this node (a CPU-only torch build on a GPU node, a driver older than the wheel …).
     """
+    import torch
     environ = os.environ if environ is None else environ
     if requested == "cpu":
         return torch.device("cpu")

@@ -28,13 +28,16 @@ from .config import TrainConfig, add_launch_arguments, add_train_arguments, conf
 from .device_rule import device_for, explained
 from .entry import run_and_exit
 from .i18n import TutorialError, t
-from .supervisor import ensure_open_files, run_processes
+from .supervisor import answer_in_server, ensure_open_files, run_processes
 from .validate import check_processes
 from .whoami import find_free_port, resolve_environment
 
 
 # --------------------------------------------------------------------------------------
 # The training child and the launcher
+
+
+TRAINING_MODULES = ("ddp_tutorial.train",)  # imported once by the ranks' server (supervisor.rank_context)
 
 
 def _train_child(local_rank: int, config: TrainConfig, nproc_per_node: int, node_rank: int, num_nodes: int) -> None:
@@ -74,9 +77,12 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
     if config.device != "cpu":
         # The device rule (device_rule.device_for), checked once here before any child starts: the
         # children share this node's GPUs, one each; fewer GPUs than processes is an error, never a
-        # silent mix of CUDA+nccl and CPU+gloo ranks.
+        # silent mix of CUDA+nccl and CPU+gloo ranks. Several children: their server counts the GPUs
+        # (torch is imported there anyway), so this launcher does not import torch for it.
+        visible = (answer_in_server(_visible_gpus, TRAINING_MODULES) if nproc_per_node > 1 or num_nodes > 1
+                   else _visible_gpus())
         with explained():
-            device_for(nproc_per_node - 1, _visible_gpus(), config.device, nproc_per_node, "shared")
+            device_for(nproc_per_node - 1, visible, config.device, nproc_per_node, "shared")
     if not os.environ.get(names.MASTER_PORT):
         if num_nodes == 1:  # all processes on this machine: meet on loopback, on a port free right now
             os.environ.setdefault(names.MASTER_ADDR, "127.0.0.1")
@@ -95,7 +101,7 @@ def launch(config: TrainConfig, nproc_per_node: Optional[int] = None, num_nodes:
         from .train import train
         return run_and_exit(train, config, env)
     return run_processes(nproc_per_node, _train_child, (config, nproc_per_node, node_rank, num_nodes),
-                         node_rank=node_rank, preload=("ddp_tutorial.train",))
+                         node_rank=node_rank, preload=TRAINING_MODULES)
 
 
 def main(argv=None) -> int:

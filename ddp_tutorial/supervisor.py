@@ -70,6 +70,7 @@ def rank_context(function: Callable, preload: Sequence[str] = ()) -> mp.context.
     imports (no CUDA call, no thread pool), so every rank initialises its own GPU as a spawned one does.
     What a rank takes from this process at its start — the environment, the open-files limit — is passed
     with it (:func:`_as_launched`): the server's own are those it started with."""
+    prefer_passive_openmp()  # before the server imports torch: on a busy machine the ranks' OpenMP threads sleep
     context = mp.get_context("forkserver")
     modules = [*SERVER_IMPORTS, *preload]
     if function.__module__ != "__main__":  # a script's __main__ is imported by each rank, as with spawn
@@ -81,6 +82,32 @@ def rank_context(function: Callable, preload: Sequence[str] = ()) -> mp.context.
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return context
+
+
+def _answer(question: Callable, to) -> None:
+    _die_with_parent("question")
+    _end_with_the_launcher()
+    to.send(question())
+    to.close()
+
+
+def answer_in_server(question: Callable, preload: Sequence[str] = ()):
+    """``question()`` asked in a process forked from the ranks' server (the one :func:`rank_context` starts), and its
+    answer: what a rank will see, such as its GPUs, without importing torch in this launcher. The process ends
+    at once; whatever it initialised (CUDA) stays with it, never in the server. If it gives no answer (it
+    failed: its error is on stderr), the question is asked here, where its error is this launcher's."""
+    context = rank_context(question, preload)
+    receive, send = context.Pipe(duplex=False)
+    asker = context.Process(target=_answer, args=(question, send), name="question")
+    asker.start()
+    send.close()
+    try:
+        return receive.recv()
+    except EOFError:
+        return question()
+    finally:
+        receive.close()
+        asker.join()
 
 
 def _as_launched(launched: dict) -> None:
@@ -249,7 +276,6 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     processes only lost contact with a failed rank elsewhere, or were aborted by NCCL's watchdog).
     """
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
-    prefer_passive_openmp()  # on a busy machine the children's OpenMP threads sleep while waiting
     import resource
     context = rank_context(function, preload)
     passed = early_signal()  # SLURM's warning came while this launcher imported: the children start stopped

@@ -87,3 +87,30 @@ def test_sigusr1_to_the_whole_process_group_reaches_the_ranks_and_spares_the_ser
     assert [(tmp_path / f"got-{r}").read_text() for r in (0, 1)] == ["True", "True"], output
     time.sleep(0.5)
     assert _session_processes(launcher.pid) == [], "the server or a rank outlived its launcher"
+
+
+LAUNCH_AND_REPORT = """
+import sys
+from ddp_tutorial.cli import main
+sys.argv = ["ddp-tutorial", "train", "--nproc-per-node", "2", "--epochs", "1", "--train-subset", "256", "--quiet",
+            "--dataset", "mnist", "--root", sys.argv[1], "--device", sys.argv[2]]
+try:
+    code = main()
+except SystemExit as end:
+    code = end.code
+print("launcher imported torch:", "torch" in sys.modules, flush=True)
+sys.exit(code)
+"""
+
+
+def test_a_launcher_of_several_ranks_never_imports_torch_itself(mnist_root):
+    """Its ranks' server imports torch and counts the GPUs for the device rule (--device auto): the launcher, one
+    per node under SLURM, stays a light process. The rule still refuses what it refused (--device cuda here)."""
+    for device, code in (("auto", 0), ("cpu", 0), ("cuda", 2)):
+        env = dict(os.environ, DDP_TUTORIAL_LANG="en")
+        run = subprocess.run([sys.executable, "-c", LAUNCH_AND_REPORT, str(mnist_root), device], env=env,
+                             capture_output=True, text=True, timeout=240)
+        assert run.returncode == code, (device, run.stdout, run.stderr)
+        if code == 0:  # (a refusal may look at torch for its reason: gpu.why_no_gpu)
+            assert "launcher imported torch: False" in run.stdout, (device, run.stdout, run.stderr)
+    assert "no usable CUDA GPU" in run.stderr and "Traceback" not in run.stderr, run.stderr
