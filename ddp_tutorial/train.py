@@ -68,10 +68,10 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
     #    SLURM_PROCID/SLURM_NTASKS, …): my global rank, my local rank on this node, the world size.
     env = env or resolve_environment()
     with RunState(config, env) as run:
-        # 2. My device and the backend: GPU `local rank` with nccl, or the CPU with gloo.
+        # 2. My threads, my device and the backend: GPU `local rank` with nccl, or the CPU with gloo.
+        torch.set_num_threads(threads_for(env.local_world_size, config.threads))
         device = choose_device(config.device, env)
         backend = choose_backend(config.backend, device)
-        torch.set_num_threads(threads_for(env.local_world_size, config.threads))
         if env.local_rank == 0:
             run.say("train.node_summary", node=env.node_rank, nnodes=env.num_nodes, world_size=env.world_size,
                     per_node=env.local_world_size)

@@ -85,19 +85,24 @@ def _stream_for(output: str, pending: dict) -> Callable[..., None]:
 def _look(engines: es.EngineSet, pending: dict, results: dict, failures: list) -> None:
     """One look at every rank still running: a dead engine, a result, or a remote error."""
     ids, pids = engines.ids, engines.pids
+
+    def died(rank: int) -> tuple:
+        return (0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank], how=engines.describe_loss(rank)))
+
     for rank in list(pending):
         ar = pending[rank]
         if not engines.alive(rank):  # first: a dead engine is the cause, not a symptom
             del pending[rank]
-            failures.append((0, t("ipp.cause_died", rank=rank, engine=ids[rank], pid=pids[rank],
-                                  how=engines.describe_loss(rank))))
+            failures.append(died(rank))
         elif ar.ready():
             del pending[rank]
             try:
                 results[rank] = ar.get()
             except Exception as error:  # noqa: BLE001 - a remote error, reported below
                 text = remote_error_text(error)
-                if engines.is_stopped(rank):  # ipyparallel's heartbeat calls a stopped engine dead: it is not
+                if not engines.alive(rank):  # it died after the first look (ipyparallel said so first): the cause
+                    failures.append(died(rank))
+                elif engines.is_stopped(rank):  # ipyparallel's heartbeat calls a stopped engine dead: it is not
                     failures.append((-1, t("ipp.cause_silent", rank=rank, engine=ids[rank], pid=pids[rank],
                                            how=t("ipp.silent_stopped"))))
                 elif classify_failure(text) == "lost_peer":  # a symptom of another rank's failure
