@@ -35,6 +35,8 @@ import pytest
 
 from ddp_tutorial.whoami import find_free_port
 
+import lab_ui
+
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,15 +147,6 @@ def _shot(page, name: str):
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def _menu(page, top: str, item: str):
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{top}$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).first.click()
-
-
-def _prompts(panel) -> list[str]:
-    return panel.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents()
-
-
 def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str, train_cell: str | None,
                   lab: Lab, problems: list, budget: float):
     """Open ``name`` from the file browser, Run All, watch the engine/training cells while they run."""
@@ -161,8 +154,7 @@ def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
     panel.locator(".jp-Cell").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1500)
-    _menu(page, "Run", "Run All Cells")
-    began = time.monotonic()
+    began = lab_ui.run_all(page, panel)
     tag = f"{lang}-{name[:2]}"
     seen = {"engine_lines": False, "progress": False}
     shots, started, idle_polls = 0, False, 0
@@ -172,7 +164,7 @@ def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str
         return panel.locator(".jp-CodeCell").filter(has=page.locator(".jp-InputArea", has_text=text)).first
 
     while time.monotonic() - began < budget:
-        prompts = _prompts(panel)
+        prompts = lab_ui.prompts(panel)
         for key, code in (("engine_lines", engine_cell), ("progress", train_cell)):
             if code is None or seen[key]:
                 continue
@@ -203,7 +195,7 @@ def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str
         page.wait_for_timeout(400)
     else:
         _shot(page, f"{tag}-timeout")
-        problems.append(f"{tag}: Run All did not finish within {budget:.0f} s (prompts {_prompts(panel)})")
+        problems.append(f"{tag}: Run All did not finish within {budget:.0f} s (prompts {lab_ui.prompts(panel)})")
     print(f"{tag}: Run All took {time.monotonic() - began:.0f} s")
     if not seen["engine_lines"]:
         problems.append(f"{tag}: no engine line ({engine_line}) in the cell `{engine_cell}` while it was "
@@ -245,7 +237,7 @@ def _run_notebook(page, name: str, lang: str, engine_cell: str, engine_line: str
     running = _marked_processes(lab.marker)
     if not running:
         problems.append(f"{tag}: no engine running before Shut Down Kernel: the check would prove nothing")
-    _menu(page, "Kernel", "Shut Down Kernel")
+    lab_ui.menu(page, "Kernel", "Shut Down Kernel")
     dialog = page.locator(".jp-Dialog")
     try:  # a loaded machine may take seconds to show the confirmation: without the click nothing shuts down
         dialog.locator("button", has_text=re.compile("Shut Down", re.I)).click(timeout=8000)

@@ -37,6 +37,8 @@ import yaml
 
 from ddp_tutorial import sites
 
+import lab_ui
+
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "ondemand" / "ddp_tutorial"
 HELPERS = REPO / "tests" / "helpers"
@@ -695,13 +697,11 @@ class Tunnel:
 
 
 def _run_all(page, shots: Path, budget: float = 240) -> str:
-    """Run → Run All Cells on the open notebook; wait until no cell is queued or running."""
+    """Run → Run All Cells on the open notebook (until it takes effect); wait until no cell is queued or running."""
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
     panel.locator(".jp-Cell").first.wait_for(timeout=90_000)
     page.wait_for_timeout(1500)
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).first.click()
-    began, started, idle = time.monotonic(), False, 0
+    began, started, idle = lab_ui.run_all(page, panel), False, 0
     while time.monotonic() - began < budget:
         busy = any("*" in p for p in panel.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents())
         started = started or busy
