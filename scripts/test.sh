@@ -9,10 +9,11 @@ bash scripts/setup.sh --test
 
 # The browser test (tests/test_browser.py): Debian's Chromium driven by the playwright Python package
 # (no browser download: the test uses /usr/bin/chromium). Ruby renders the OnDemand app's ERB files (tests/test_lab_job.py).
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s chromium fonts-dejavu-core ruby >/dev/null 2>&1; then
-  echo "== apt-get install chromium fonts-dejavu-core ruby"
+# acct: the kernel's process accounting, read by benchmarks/suite_cpu.py (where the suite's CPU goes; tests/test_suite_cpu.py).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s chromium fonts-dejavu-core ruby acct >/dev/null 2>&1; then
+  echo "== apt-get install chromium fonts-dejavu-core ruby acct"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core ruby >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core ruby acct >/dev/null
 fi
 .venv/bin/python -c "import playwright" 2>/dev/null \
   || .venv/bin/python -m pip --disable-pip-version-check -q install playwright

@@ -1,0 +1,57 @@
+"""benchmarks/suite_cpu.py, the measure behind issue 48 item 7's numbers: a command under the kernel's process
+accounting, each process's CPU given to the test it started under. Here a two-test pytest run whose tests each
+start a process that burns a known amount of CPU: one a fresh Python (its own start line), one forked by pytest
+(none: it takes the test pytest ran when it was forked). Real accounting (root, Debian's acct package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+TESTS = '''
+import os, subprocess, sys, time
+
+BURN = "import time\\nend = time.process_time() + 0.6\\nwhile time.process_time() < end: pass"
+
+def test_fresh_python():
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+
+def test_forked_child():
+    pid = os.fork()
+    if pid == 0:
+        end = time.process_time() + 0.6
+        while time.process_time() < end:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("accton") is None or shutil.which("dump-acct") is None,
+                    reason="needs root and Debian's acct package (scripts/test.sh installs it)")
+def test_each_process_cpu_goes_to_the_test_it_started_under(tmp_path):
+    (tmp_path / "test_burn.py").write_text(TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    out = tmp_path / "cpu.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.suite_cpu", "--json", str(out), "--", sys.executable,
+                           "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-c",
+                           str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    tests = report["by_test"]
+    for name in ("test_fresh_python", "test_forked_child"):
+        (cpu,) = [v for k, v in tests.items() if k.endswith(f"test_burn.py::{name}")]
+        assert 0.5 <= cpu < 2.0, (name, tests)  # its child's 0.6 CPU-s (the fresh one: plus Python's start)
+    kinds = report["by_kind"]
+    assert kinds["pytest process"]["processes"] == 1, kinds
+    assert any(k.startswith("started by pytest:") for k in kinds), kinds  # the forked child: no line of its own
+    assert report["total_cpu_s"] >= 1.2 and "CPU-s in" in done.stdout
