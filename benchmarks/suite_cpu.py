@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+HELD = "DDP_TUTORIAL_SUITE_CPU"  # set for COMMAND: the kernel's accounting is held (there is one for the machine)
 
 SITECUSTOMIZE = '''import os, time
 try:
@@ -199,7 +200,8 @@ def run(command: list, folder: Path) -> tuple:
     pacct.touch()
     if any("pytest" in word for word in command) or "scripts/test.sh" in command:
         command = command + ["-p", "suite_cpu_tests"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
+               **{HELD: "1"})
     subprocess.run(["accton", str(pacct)], check=True, capture_output=True)
     began = time.monotonic()
     try:
@@ -220,6 +222,10 @@ def main(argv=None) -> int:
     if missing or os.geteuid() != 0:
         print(f"suite_cpu: needs root and Debian's acct package ({', '.join(missing) or 'not root'}): "
               "apt-get install acct, then run it as root", file=sys.stderr)
+        return 2
+    if os.environ.get(HELD):
+        print("suite_cpu: already inside a suite_cpu run (the machine has one process accounting): not nested",
+              file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="suite-cpu-") as tmp:
         folder = Path(tmp)
