@@ -12,9 +12,9 @@ its nearest ancestor that has one; one forked by a pytest worker takes the test 
 
 It prints the CPU-s of COMMAND's processes by kind (an ipyparallel engine, a torchrun agent, a rank server …), by
 test, and how many processes used ``--heavy`` CPU-s or more: at torch 2.14 those are the ones that import torch
-(1.7–2 CPU-s; DDP's constructor adds torch._dynamo, ≈ 1.3; a normal exit with both loaded ≈ 1.2 more).
-A test's SLURM jobs take the test that submitted them (sbatch passes the environment on), unless the job's
-environment was copied before the test started (``lab.env``): then they count for the test that made the lab.
+(1.2–2 CPU-s; DDP's constructor adds torch._dynamo, 1–1.3; a normal exit with both loaded 0.6–1.2 more, by machine).
+A test's SLURM jobs take the test that submitted them (sbatch passes the environment on; the lab's ``lab.env`` says
+the test running when it is read). The JSON also lists every heavy process with its command line.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ddp_tutorial import atomic
 
 REPO = Path(__file__).resolve().parents[1]
 HELD = "DDP_TUTORIAL_SUITE_CPU"  # set for COMMAND: the kernel's accounting is held (there is one for the machine)
@@ -154,10 +156,11 @@ def attribute(records: list, starts: dict, timelines: dict) -> list:
     found = []
     for r in records:
         line = own_line(r)
+        command = r["comm"]
         if r["pid"] in timelines:
             kind, test = "pytest process", "(pytest itself)"
         elif line is not None:
-            kind, test = kind_of(line["cmd"]), line["test"] or "(no test)"
+            kind, test, command = kind_of(line["cmd"]), line["test"] or "(no test)", line["cmd"]
         else:
             kind, test, node = f"not Python, or not logged: {r['comm']}", "(no test)", r
             for _ in range(60):
@@ -170,8 +173,9 @@ def attribute(records: list, starts: dict, timelines: dict) -> list:
                 above = own_line(node)
                 if above is not None:
                     kind, test = f"child of: {kind_of(above['cmd'])}", above["test"] or "(no test)"
+                    command = f"{r['comm']} (child of: {above['cmd']})"
                     break
-        found.append({**r, "kind": kind, "test": test})
+        found.append({**r, "kind": kind, "test": test, "command": command})
     return found
 
 
@@ -189,7 +193,27 @@ def summary(found: list, heavy: float) -> dict:
                       "cpu_s": round(sum(heavy_cpu.values()), 1)},
             "by_kind": {k: {"cpu_s": round(v, 1), "processes": count[k], "heavy": heavy_n[k]}
                         for k, v in by_kind.most_common()},
-            "by_test": {k: round(v, 1) for k, v in by_test.most_common()}}
+            "by_test": {k: round(v, 1) for k, v in by_test.most_common()},
+            # every heavy process: what it was (its command line), under which test
+            "heavy_processes": [{"cpu_s": r["cpu"], "kind": r["kind"], "test": r["test"], "command": r["command"][:300]}
+                                for r in sorted(found, key=lambda r: -r["cpu"]) if r["cpu"] >= heavy]}
+
+
+def module_seconds(timelines: dict) -> dict:
+    """Seconds each test module (a notebook: its cells) took, setup to teardown of its tests, heaviest first."""
+    seconds = collections.Counter()
+    for spans in timelines.values():
+        for start, end, nodeid in spans:
+            seconds[nodeid.split("::")[0]] += end - start
+    return {module: round(s, 1) for module, s in seconds.most_common()}
+
+
+def workers(timelines: dict) -> list:
+    """Each pytest process: when its first test started and its last one ended (seconds from the first start
+    of any), and how many tests it ran: a worker that ends long before the others shows an idle tail."""
+    began = min((spans[0][0] for spans in timelines.values() if spans), default=0.0)
+    return sorted(({"pid": pid, "first_s": round(spans[0][0] - began, 1), "last_s": round(spans[-1][1] - began, 1),
+                    "tests": len(spans)} for pid, spans in timelines.items() if spans), key=lambda w: w["last_s"])
 
 
 def run(command: list, folder: Path) -> tuple:
@@ -230,10 +254,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="suite-cpu-") as tmp:
         folder = Path(tmp)
         code, seconds = run(args.command or ["bash", "scripts/test.sh"], folder)
-        found = attribute(read_accounting(folder / "pacct"), read_starts(folder / "starts.log"),
-                          read_timelines(folder))
+        timelines = read_timelines(folder)
+        found = attribute(read_accounting(folder / "pacct"), read_starts(folder / "starts.log"), timelines)
     report = {"command": args.command or ["bash", "scripts/test.sh"], "returncode": code,
-              "wall_s": round(seconds, 1), **summary(found, args.heavy)}
+              "wall_s": round(seconds, 1), **summary(found, args.heavy),
+              "workers": workers(timelines), "module_seconds": module_seconds(timelines)}
     print(f"{report['total_cpu_s']:.0f} CPU-s in {report['processes']} processes, {seconds:.0f} s; "
           f"{report['heavy']['processes']} of ≥ {args.heavy} CPU-s make {report['heavy']['cpu_s']:.0f} CPU-s")
     print("by kind (CPU-s, processes, heavy ones):")
@@ -242,8 +267,11 @@ def main(argv=None) -> int:
     print(f"by test (top {args.top}):")
     for test, cpu in list(report["by_test"].items())[:args.top]:
         print(f"  {cpu:8.1f}  {test}")
+    print("pytest processes (first test start, last test end, tests):")
+    for w in report["workers"]:
+        print(f"  {w['pid']:>8}  {w['first_s']:7.1f} s  {w['last_s']:7.1f} s  {w['tests']:5d}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        atomic.write_text(args.json, json.dumps(report, indent=2) + "\n")
     return code
 
 

@@ -43,7 +43,8 @@ def test_each_process_cpu_goes_to_the_test_it_started_under(tmp_path):
     (tmp_path / "test_burn.py").write_text(TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     out = tmp_path / "cpu.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.suite_cpu", "--json", str(out), "--", sys.executable,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.suite_cpu", "--json", str(out), "--heavy", "0.5", "--",
+                           sys.executable,
                            "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-c",
                            str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -57,3 +58,9 @@ def test_each_process_cpu_goes_to_the_test_it_started_under(tmp_path):
     assert kinds["pytest process"]["processes"] == 1, kinds
     assert any(k.startswith("started by pytest:") for k in kinds), kinds  # the forked child: no line of its own
     assert report["total_cpu_s"] >= 1.2 and "CPU-s in" in done.stdout
+    # --heavy 0.5 (below): every heavy process with the command line it started with, and under which test
+    heavy = [h for h in report["heavy_processes"] if h["test"].endswith("test_burn.py::test_fresh_python")]
+    assert any("import time" in h["command"] and h["kind"] == "other Python" for h in heavy), report["heavy_processes"]
+    (worker,) = report["workers"]  # one pytest process: its two tests, from its first start to its last end
+    assert worker["tests"] == 2 and worker["last_s"] >= 1.0, report["workers"]
+    assert set(report["module_seconds"]) == {"test_burn.py"}, report["module_seconds"]

@@ -153,7 +153,7 @@ class SlurmLab:
         self.node_ns = {name: f"{self.tag}-{name}" for name in self.node_names}
         self.ctl_host = "slabctl"
         self.procs: Dict[str, subprocess.Popen] = {}
-        self.env: Dict[str, str] = {}
+        self._env: Dict[str, str] = {}
         self._netns_made: List[str] = []
         self._started = False
 
@@ -362,7 +362,17 @@ GresTypes=gpu
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
-        self.env = env
+        self._env = env
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """The lab's environment for a command (a new dict each time), with the test running now: pytest's
+        PYTEST_CURRENT_TEST, which the lab's jobs inherit through sbatch (benchmarks/suite_cpu.py counts a job's
+        CPU for the test that submitted it, not for the one that started the lab)."""
+        env = {k: v for k, v in self._env.items() if k != "PYTEST_CURRENT_TEST"}
+        if self._env and os.environ.get("PYTEST_CURRENT_TEST"):
+            env["PYTEST_CURRENT_TEST"] = os.environ["PYTEST_CURRENT_TEST"]
+        return env
 
     def _make_network(self) -> None:
         hub = self.hub_ns
