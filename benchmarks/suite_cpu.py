@@ -13,6 +13,10 @@ its nearest ancestor that has one; one forked by a pytest worker takes the test 
 It prints the CPU-s of COMMAND's processes by kind (an ipyparallel engine, a torchrun agent, a rank server …), by
 test, and how many processes used ``--heavy`` CPU-s or more: at torch 2.14 those are the ones that import torch
 (1.2–2 CPU-s; DDP's constructor adds torch._dynamo, 1–1.3; a normal exit with both loaded 0.6–1.2 more, by machine).
+The kernel counts CPU by ticks here (``CONFIG_TICK_CPU_ACCOUNTING``): the totals hold (every tick is charged to a
+process), but on an oversubscribed machine a short process is charged far less than it used: a Python process that
+burns 0.62 CPU-s is recorded as 0.44–0.48 beside 2 busy loops on 2 cores, 0.08–0.09 beside 4 and 0.02–0.06 beside 8
+(2026-12-07). The suite keeps the machine about 90 % busy, so read the kinds of short processes as lower bounds.
 A test's SLURM jobs take the test that submitted them (sbatch passes the environment on; the lab's ``lab.env`` says
 the test running when it is read). The JSON also lists every heavy process with its command line.
 """

@@ -43,24 +43,31 @@ def test_each_process_cpu_goes_to_the_test_it_started_under(tmp_path):
     (tmp_path / "test_burn.py").write_text(TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     out = tmp_path / "cpu.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.suite_cpu", "--json", str(out), "--heavy", "0.5", "--",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.suite_cpu", "--json", str(out), "--heavy", "0", "--",
                            sys.executable,
                            "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-c",
                            str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
+    # --heavy 0: every process of the run (on a busy machine, every other process too) with its command and test
+    listed = report["heavy_processes"]
+    fresh = [p for p in listed if "import time" in p["command"] and p["kind"] == "other Python"]
+    assert [p["test"].rsplit("::", 1)[-1] for p in fresh] == ["test_fresh_python"], fresh  # its own start line
+    forked = [p for p in listed if p["kind"] == "started by pytest: python"]  # no line of its own: pytest's test then
+    assert [p["test"].rsplit("::", 1)[-1] for p in forked] == ["test_forked_child"], forked
     tests = report["by_test"]
     for name in ("test_fresh_python", "test_forked_child"):
         (cpu,) = [v for k, v in tests.items() if k.endswith(f"test_burn.py::{name}")]
-        assert 0.5 <= cpu < 2.0, (name, tests)  # its child's 0.6 CPU-s (the fresh one: plus Python's start)
+        # its child's 0.6 CPU-s (the fresh one: plus Python's start). The kernel counts CPU by ticks: beside other
+        # busy processes a short one is counted far lower (0.02-0.48 of 0.62 CPU-s beside 8-2 busy loops on
+        # 2 cores), so the lower bound holds on a quiet machine only.
+        assert cpu < 2.0, (name, tests)
+        if os.getloadavg()[0] < 0.5 and report["total_cpu_s"] < 10:
+            assert cpu >= 0.5, (name, tests)
     kinds = report["by_kind"]
-    assert kinds["pytest process"]["processes"] == 1, kinds
-    assert any(k.startswith("started by pytest:") for k in kinds), kinds  # the forked child: no line of its own
-    assert report["total_cpu_s"] >= 1.2 and "CPU-s in" in done.stdout
-    # --heavy 0.5 (below): every heavy process with the command line it started with, and under which test
-    heavy = [h for h in report["heavy_processes"] if h["test"].endswith("test_burn.py::test_fresh_python")]
-    assert any("import time" in h["command"] and h["kind"] == "other Python" for h in heavy), report["heavy_processes"]
-    (worker,) = report["workers"]  # one pytest process: its two tests, from its first start to its last end
-    assert worker["tests"] == 2 and worker["last_s"] >= 1.0, report["workers"]
+    assert kinds["pytest process"]["processes"] >= 1, kinds
+    assert "CPU-s in" in done.stdout
+    (worker,) = [w for w in report["workers"] if w["tests"] == 2]  # the run's pytest process: its two tests
+    assert worker["last_s"] >= 1.0, report["workers"]
     assert set(report["module_seconds"]) == {"test_burn.py"}, report["module_seconds"]
