@@ -68,10 +68,10 @@ def pytest_runtest_logfinish(nodeid, location):
 
 # (pattern in the command line, kind): the first that matches names the process
 KINDS = (
+    (r"multiprocessing\.forkserver", "rank server (forkserver)"),  # first: its imports name ipyparallel.engine
     (r"ipyparallel\.engine|ipengine", "ipyparallel engine"),
     (r"ipyparallel\.controller|ipcontroller", "ipyparallel controller"),
     (r"ipykernel", "Jupyter kernel"),
-    (r"multiprocessing\.forkserver", "rank server (forkserver)"),
     (r"multiprocessing\.spawn|multiprocessing\.resource_tracker", "multiprocessing spawn child"),
     (r"torchrun|torch\.distributed\.run", "torchrun agent"),
     (r"jupyter-lab|jupyterlab", "JupyterLab"),
@@ -178,6 +178,12 @@ def attribute(records: list, starts: dict, timelines: dict) -> list:
                 if above is not None:
                     kind, test = f"child of: {kind_of(above['cmd'])}", above["test"] or "(no test)"
                     command = f"{r['comm']} (child of: {above['cmd']})"
+                    if r["comm"] == "ipengine":  # an engine forked from a rank server (ddp_tutorial/ipp/forked.py)
+                        kind = "ipyparallel engine (forked)"
+                    server_parent = parent(node) if kind_of(above["cmd"]) == "rank server (forkserver)" else None
+                    if server_parent is not None and server_parent["pid"] in timelines:
+                        # a pytest process's server serves many tests: the one running when this was forked
+                        test = test_at(timelines[server_parent["pid"]], r["start"])
                     break
         found.append({**r, "kind": kind, "test": test, "command": command})
     return found

@@ -56,8 +56,10 @@ def _die_with_parent(name: str) -> None:
 #: with torch 2.14); where a torch has no such module the server skips the name.
 SERVER_IMPORTS = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
 #: Held (blocked) in the server and in each rank until the rank's handlers are in place: SLURM signals every
-#: process of a step, and SIGUSR1's default action would end the server, and with it every rank.
-HELD_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM})
+#: process of a step, and SIGUSR1's default action would end the server, and with it every rank. SIGINT too: a
+#: notebook's stop button signals the kernel's whole process group, and ended a server that was importing
+#: torch for the engines (ipp/forked.py); once it serves, the server ignores SIGINT (CPython's forkserver).
+HELD_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
 
 
 def rank_context(function: Callable, preload: Sequence[str] = ()) -> mp.context.BaseContext:

@@ -74,6 +74,7 @@ def _marked_processes(marker: str) -> list[str]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            args += " " + Path(f"/proc/{pid}/comm").read_text().strip()  # a forked engine: the server's command line
             if not any(w in args for w in ENGINE_WORDS):
                 continue
             if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):

@@ -41,8 +41,10 @@ def small_config(root, **extra):
 def test_the_engines_wait_for_the_controller_as_long_as_the_kernel_waits_for_them(shared_engines):
     started = ipp.start(2)  # the module's engines (started by this same call), CPU or one per GPU
     assert started is shared_engines
-    for pid in started.pids:
-        assert "--IPEngine.timeout=120" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
+    # Forked from the ranks' server (ipp/forked.py): its command line is the server's, its arguments ipengine's.
+    for argv in started.client[started.ids].apply_sync(lambda: __import__("sys").argv):
+        assert argv[0] == "ipengine" and "--IPEngine.timeout=120" in argv, argv
+    assert [psutil.Process(pid).name() for pid in started.pids] == ["ipengine"] * 2
 
 
 def test_rank_0s_progress_is_drawn_here_and_the_data_stays_loaded_on_the_engines(mnist_root, shared_engines, capsys):

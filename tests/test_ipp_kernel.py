@@ -155,9 +155,22 @@ def test_a_live_kernel_shows_progress_while_engines_start_and_train_runs(tmp_pat
         km.shutdown_kernel(now=True)
 
 
-def _is_ipp(process) -> bool:
+def _is_engine(process) -> bool:
+    """An engine: forked from the ranks' server (ipp/forked.py, named ipengine) or ``python -m ipyparallel.engine``."""
     try:
-        return "ipyparallel" in " ".join(process.cmdline())
+        return process.name() == "ipengine" or "ipyparallel.engine" in process.cmdline()
+    except psutil.Error:
+        return False
+
+
+#: The kernel's own helpers, started once and ended with it: the server the engines and ranks are forked from
+#: (ddp_tutorial.supervisor.rank_context) and multiprocessing's resource tracker.
+KERNEL_HELPERS = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
+def _is_kernel_helper(process) -> bool:
+    try:
+        return any(helper in " ".join(process.cmdline()) for helper in KERNEL_HELPERS) and process.name() != "ipengine"
     except psutil.Error:
         return False
 
@@ -176,7 +189,7 @@ def test_the_stop_button_while_engines_start_stops_what_was_started(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # press the button once engines are being started
             seen.update({p.pid: p for p in kernel.children(recursive=True)})
-            if any(_is_ipp(p) and "engine" in " ".join(p.cmdline()) for p in still_running(list(seen.values()))):
+            if any(_is_engine(p) for p in still_running(list(seen.values()))):
                 break
             time.sleep(0.1)
         else:
@@ -193,12 +206,18 @@ def test_the_stop_button_while_engines_start_stops_what_was_started(tmp_path):
             if not still_running(list(seen.values())):
                 break
             time.sleep(0.1)
-        left = still_running(list(seen.values()))
+        left = [p for p in still_running(list(seen.values())) if not _is_kernel_helper(p)]
         assert not left, f"left behind: {[(p.pid, p.cmdline()[-2:]) for p in left]}"
         assert "CURRENT None" in stdout_of(execute(kc, "print('CURRENT', ipp.current())\n"))
+        seen.update({p.pid: p for p in kernel.children(recursive=True)})
+        km.shutdown_kernel(now=False)  # and the kernel's helpers end with the kernel
+        seconds_until_gone(list(seen.values()), limit=GONE_WITHIN)
+        left = still_running(list(seen.values()))
+        assert not left, f"left behind by the kernel: {[(p.pid, p.cmdline()[-2:]) for p in left]}"
     finally:
         kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
         for p in still_running(list(seen.values())):
             p.kill()
 

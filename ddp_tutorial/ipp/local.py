@@ -218,11 +218,13 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
 
     import ipyparallel
 
+    from . import forked
     began = time.perf_counter()
+    forked.start_server()  # the engines are forked from a server that imported torch once (see forked)
     # ERROR: ipyparallel logs an engine's whole output as a warning whenever it exits with a
     # non-zero code, which ipyparallel 9's engines do even on a clean shutdown; our own
     # messages say what went wrong, and the logs stay in the profile's log folder.
-    cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR)
+    cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR, engine_launcher_class=forked.ForkedEngineSetLauncher)
     client = None
     guard = None
     registered = [0]

@@ -1,0 +1,126 @@
+"""Local engines forked from the ranks' server (ddp_tutorial.ipp.forked): what ``python -m ipyparallel.engine``
+gave them must still hold, and nothing may outlive the process that started them.
+
+Real processes: the launcher is tests/helpers/forked_engines_probe.py, which starts ipyparallel's controller and
+two forked engines without ipp.start's watchdog or atexit stop, so these tests see the launcher's own behaviour.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+PROBE = Path(__file__).resolve().parent / "helpers" / "forked_engines_probe.py"
+GONE_WITHIN = 15.0
+
+
+def _start(mode: str, tmp_path: Path):
+    out = tmp_path / "engines.json"
+    probe = subprocess.Popen([sys.executable, str(PROBE), mode, str(out)], cwd=tmp_path, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 150
+    while not out.exists():
+        if probe.poll() is not None or time.monotonic() > deadline:
+            probe.kill()
+            pytest.fail(f"the probe wrote nothing (exit {probe.poll()}): {probe.communicate()[0][-3000:]}")
+        time.sleep(0.2)
+    return probe, json.loads(out.read_text())
+
+
+def _gone(pids, within=GONE_WITHIN):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def _cleanup(probe, seen):
+    for pid in [probe.pid, *seen]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def test_a_forked_engine_is_an_ipengine_in_its_own_session_with_the_launchers_environment(tmp_path):
+    """What ipyparallel's launcher gives an engine: its arguments, a session of its own (the kernel's Ctrl-C is not
+    its), the launcher's folder, and the launcher's environment at the moment of the start, not the server's."""
+    probe, seen = _start("wait", tmp_path)
+    try:
+        pids = [engine["pid"] for engine in seen["engines"]]
+        server = psutil.Process(pids[0]).ppid()
+        assert server != seen["launcher"] and psutil.Process(server).ppid() == seen["launcher"], "not forked"
+        for engine in seen["engines"]:
+            assert engine["name"] == "ipengine" and engine["argv"][0] == "ipengine", engine
+            assert "--IPEngine.timeout=120" not in engine["argv"]  # the probe passes no engine_args
+            assert engine["sid"] == engine["pid"], engine
+            assert engine["cwd"] == str(tmp_path), engine
+            assert engine["moment"] == "after the server started", engine
+    finally:
+        _cleanup(probe, [engine["pid"] for engine in seen["engines"]] + [seen["controller"]])
+
+
+def test_a_launcher_killed_takes_its_engines_and_the_server_along(tmp_path):
+    """SIGKILL of the kernel: no atexit, no watchdog here; the engines end with it (they wait for their launcher)
+    and so does the server they were forked from."""
+    probe, seen = _start("wait", tmp_path)
+    pids = [engine["pid"] for engine in seen["engines"]]
+    server = psutil.Process(pids[0]).ppid()
+    try:
+        probe.kill()
+        probe.wait(timeout=30)
+        assert not _gone(pids + [server]), "forked engines (or their server) outlived their launcher"
+    finally:
+        _cleanup(probe, pids + [server, seen["controller"]])
+
+
+def test_a_launcher_that_exits_leaving_a_stopped_engine_ends_and_takes_it_along(tmp_path):
+    """multiprocessing joins its children at the interpreter's exit: an engine among them, stopped (SIGSTOP) or
+    merely left running, would hold the kernel's exit for good. The engines are not its children there; they end
+    with the launcher, the stopped one too."""
+    probe, seen = _start("leave", tmp_path)
+    pids = [engine["pid"] for engine in seen["engines"]]
+    try:
+        probe.wait(timeout=60)
+        assert probe.returncode == 0, probe.communicate()[0][-3000:]
+        assert not _gone(pids), "engines outlived the launcher that exited"
+    except subprocess.TimeoutExpired:
+        pytest.fail("the launcher did not exit: it waits for the engines it left running")
+    finally:
+        _cleanup(probe, pids + [seen["controller"]])
+
+
+UNGUARDED = """import sys
+sys.path.insert(0, {helpers!r})
+with open({runs!r}, "a") as f:
+    f.write("ran\\n")
+import forked_engines_probe
+forked_engines_probe.main("once", {out!r})
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_script_without_a_main_guard_starts_its_engines_once(tmp_path, how):
+    """multiprocessing runs the launcher's main module again in each child (as ``__mp_main__``): a script without
+    ``if __name__ == "__main__":`` started its engines again inside every engine, and one read from stdin
+    (``python - <<EOF``) could not start any ("No such file or directory: '<stdin>'"). An engine needs neither."""
+    runs, out = tmp_path / "runs", tmp_path / "engines.json"
+    script = UNGUARDED.format(helpers=str(PROBE.parent), runs=str(runs), out=str(out))
+    if how == "file":
+        (tmp_path / "driver.py").write_text(script)
+        done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    else:
+        done = subprocess.run([sys.executable, "-"], input=script, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert runs.read_text() == "ran\n", "the script ran again in the engines"
+    assert [engine["name"] for engine in json.loads(out.read_text())["engines"]] == ["ipengine"] * 2
