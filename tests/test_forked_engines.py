@@ -6,8 +6,6 @@ two forked engines without ipp.start's watchdog or atexit stop, so these tests s
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -44,38 +42,36 @@ def _gone(pids, within=GONE_WITHIN):
 
 
 def _cleanup(probe, seen):
+    """SIGKILL the probe, the engines and the controller with its schedulers (they would be orphans, ppid 1)."""
+    family = []
     for pid in [probe.pid, *seen]:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            process = psutil.Process(pid)
+            family += [process] + process.children(recursive=True)
+        except psutil.Error:
+            pass
+    for process in family:
+        try:
+            process.kill()
+        except psutil.Error:
             pass
 
 
-def test_a_forked_engine_is_an_ipengine_in_its_own_session_with_the_launchers_environment(tmp_path):
+def test_a_forked_engine_is_an_ipengine_that_ends_with_its_launcher(tmp_path):
     """What ipyparallel's launcher gives an engine: its arguments, a session of its own (the kernel's Ctrl-C is not
-    its), the launcher's folder, and the launcher's environment at the moment of the start, not the server's."""
-    probe, seen = _start("wait", tmp_path)
-    try:
-        pids = [engine["pid"] for engine in seen["engines"]]
-        server = psutil.Process(pids[0]).ppid()
-        assert server != seen["launcher"] and psutil.Process(server).ppid() == seen["launcher"], "not forked"
-        for engine in seen["engines"]:
-            assert engine["name"] == "ipengine" and engine["argv"][0] == "ipengine", engine
-            assert "--IPEngine.timeout=120" not in engine["argv"]  # the probe passes no engine_args
-            assert engine["sid"] == engine["pid"], engine
-            assert engine["cwd"] == str(tmp_path), engine
-            assert engine["moment"] == "after the server started", engine
-    finally:
-        _cleanup(probe, [engine["pid"] for engine in seen["engines"]] + [seen["controller"]])
-
-
-def test_a_launcher_killed_takes_its_engines_and_the_server_along(tmp_path):
-    """SIGKILL of the kernel: no atexit, no watchdog here; the engines end with it (they wait for their launcher)
-    and so does the server they were forked from."""
+    its), the launcher's folder, and the launcher's environment at the moment of the start, not the server's. Then
+    SIGKILL of the launcher (a kernel killed: no atexit, no watchdog here): the engines end with it (they wait for
+    their launcher), and so does the server they were forked from."""
     probe, seen = _start("wait", tmp_path)
     pids = [engine["pid"] for engine in seen["engines"]]
     server = psutil.Process(pids[0]).ppid()
     try:
+        assert server != seen["launcher"] and psutil.Process(server).ppid() == seen["launcher"], "not forked"
+        for engine in seen["engines"]:
+            assert engine["name"] == "ipengine" and engine["argv"][0] == "ipengine", engine
+            assert engine["sid"] == engine["pid"], engine
+            assert engine["cwd"] == str(tmp_path), engine
+            assert engine["moment"] == "after the server started", engine
         probe.kill()
         probe.wait(timeout=30)
         assert not _gone(pids + [server]), "forked engines (or their server) outlived their launcher"
