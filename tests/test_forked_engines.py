@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddp_tutorial.ipp.engines import kill, with_helpers
+
 PROBE = Path(__file__).resolve().parent / "helpers" / "forked_engines_probe.py"
 GONE_WITHIN = 15.0
 
@@ -43,18 +45,7 @@ def _gone(pids, within=GONE_WITHIN):
 
 def _cleanup(probe, seen):
     """SIGKILL the probe, the engines and the controller with its schedulers (they would be orphans, ppid 1)."""
-    family = []
-    for pid in [probe.pid, *seen]:
-        try:
-            process = psutil.Process(pid)
-            family += [process] + process.children(recursive=True)
-        except psutil.Error:
-            pass
-    for process in family:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
+    kill(with_helpers([probe.pid, *seen]))
 
 
 def test_a_forked_engine_is_an_ipengine_that_ends_with_its_launcher(tmp_path):
