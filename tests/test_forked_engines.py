@@ -6,6 +6,7 @@ two forked engines without ipp.start's watchdog or atexit stop, so these tests s
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,23 @@ def test_a_script_without_a_main_guard_starts_its_engines_once(tmp_path, how):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert runs.read_text() == "ran\n", "the script ran again in the engines"
     assert [engine["name"] for engine in json.loads(out.read_text())["engines"]] == ["ipengine"] * 2
+
+
+def _my_pid(env):
+    return os.getpid()
+
+
+def test_a_python_not_checked_gets_ipyparallels_own_engines(monkeypatch):
+    """Where the fork server's preparation was not checked (another CPython, another system), ipp starts
+    ipyparallel's own engines, a fresh ``python -m ipyparallel.engine`` each, and runs on them as before."""
+    from ddp_tutorial import ipp
+    from ddp_tutorial.ipp import forked
+    ipp.stop()
+    monkeypatch.setattr(forked, "CHECKED_PYTHONS", ())
+    engines = ipp.start(2)
+    try:
+        for pid in engines.pids:
+            assert "ipyparallel.engine" in psutil.Process(pid).cmdline(), psutil.Process(pid).cmdline()
+        assert ipp.run(_my_pid, n=2, keep=True) == engines.pids
+    finally:
+        ipp.stop()

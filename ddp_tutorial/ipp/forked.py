@@ -37,6 +37,9 @@ from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLaun
 #: process without them, each engine imports them itself.
 ENGINE_IMPORTS = ("ipyparallel.engine.app", "ddp_tutorial.train", "ddp_tutorial.ipp.remote")
 NAME = "ipengine"  # the engine's name in ps and top (its command line is the server's)
+#: The Pythons whose multiprocessing :class:`_EnginePopen` follows (checked with each: tests/test_forked_engines.py
+#: on 3.11, the preparation without ``__main__`` on 3.12 and 3.13); on another, ipp uses ipyparallel's own launcher.
+CHECKED_PYTHONS = ((3, 11), (3, 12), (3, 13))
 
 
 def start_server() -> None:
@@ -110,8 +113,8 @@ class _EnginePopen(popen_forkserver.Popen):
     "__main__":`` would start its engines again inside each engine, and a script read from stdin cannot be found
     at all ("No such file or directory: '<stdin>'"). An engine needs none of it — ipyparallel's engine imports
     what the notebook's cells send — so its preparation leaves the main module out: what
-    ``popen_forkserver.Popen._launch`` does (CPython 3.8–3.13), with :data:`MAIN_MODULE_KEYS` removed
-    (tests/test_forked_engines.py fails if that stops working)."""
+    ``popen_forkserver.Popen._launch`` does (CPython 3.11–3.13, :data:`CHECKED_PYTHONS`), with
+    :data:`MAIN_MODULE_KEYS` removed (tests/test_forked_engines.py fails if that stops working)."""
 
     def _launch(self, process_obj):
         prep_data = spawn.get_preparation_data(process_obj._name)

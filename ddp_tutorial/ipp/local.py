@@ -177,6 +177,19 @@ def engine_log_tail(cluster) -> str:
     return (why or last)[:300]
 
 
+def _engine_launcher():
+    """ipyparallel's launcher of this machine's engines: forked from the ranks' server, which imported torch once
+    for all of them (:mod:`.forked`), where that was checked (Linux, CPython 3.11–3.13); elsewhere ipyparallel's
+    own, a fresh interpreter per engine."""
+    if sys.platform != "linux":
+        return "local"
+    from . import forked
+    if sys.version_info[:2] not in forked.CHECKED_PYTHONS:
+        return "local"
+    forked.start_server()
+    return forked.ForkedEngineSetLauncher
+
+
 DEVICES = ("auto", "cuda", "cpu")
 # CPU engines see no GPU (set for them only, never in the kernel): on a 1-GPU session two CPU engines would
 # otherwise both pick cuda:0 by the device rule (ipp.train, 08's train_ddp) and refuse to share it.
@@ -218,13 +231,11 @@ def start(n: Optional[int] = None, device: str = "auto") -> LocalEngines:
 
     import ipyparallel
 
-    from . import forked
     began = time.perf_counter()
-    forked.start_server()  # the engines are forked from a server that imported torch once (see forked)
     # ERROR: ipyparallel logs an engine's whole output as a warning whenever it exits with a
     # non-zero code, which ipyparallel 9's engines do even on a clean shutdown; our own
     # messages say what went wrong, and the logs stay in the profile's log folder.
-    cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR, engine_launcher_class=forked.ForkedEngineSetLauncher)
+    cluster = ipyparallel.Cluster(n=n, log_level=logging.ERROR, engine_launcher_class=_engine_launcher())
     client = None
     guard = None
     registered = [0]
