@@ -147,10 +147,17 @@ def _end_with_the_launcher() -> None:
                          name="end-with-launcher", daemon=True).start()
 
 
-def _child_entry(local_rank: int, function: Callable, args: tuple, launched: dict) -> None:
-    _die_with_parent(mp.current_process().name)
+def start_as_launched(name: str, launched: dict) -> None:
+    """What every process forked from the server does first (a rank here, an engine in ``ipp/forked.py``): take
+    ``name``, end with its launcher (and with the server), and take the launcher's environment and open-files
+    limit of the moment it was started."""
+    _die_with_parent(name)
     _end_with_the_launcher()
     _as_launched(launched)
+
+
+def _child_entry(local_rank: int, function: Callable, args: tuple, launched: dict) -> None:
+    start_as_launched(mp.current_process().name, launched)
     from .preemption import remember_early_signal
     remember_early_signal()  # SIGUSR1 before training starts: remembered, not fatal
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -14,7 +14,7 @@ launcher's folder, with the launcher's environment. What differs, and why it is 
 * the server imports only (no CUDA call, no thread): each engine initialises its own GPU, as a spawned one;
 * its command line is the server's: its name (``ps -o comm``) is ``ipengine``;
 * it ends with the process that started it, even if that one is killed (as the ranks do,
-  :func:`ddp_tutorial.supervisor._end_with_the_launcher`), and it is not one of ``multiprocessing``'s children
+  :func:`ddp_tutorial.supervisor.start_as_launched`), and it is not one of ``multiprocessing``'s children
   of the kernel: an engine left running (a stopped one too) never holds up the kernel's exit.
 """
 
@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import io
 import os
+import resource
 import signal
 import sys
 import threading
 from typing import Optional
 
 from multiprocessing import context, forkserver, popen_forkserver, spawn, util
+from multiprocessing import process as mp_process
 
 import psutil
-from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
+from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher, ProcessStateError
 
 #: What an engine imports before its first task, imported once by the server (with torch, see
 #: :data:`ddp_tutorial.supervisor.SERVER_IMPORTS`); where the server was started by an earlier launch in this
@@ -52,14 +54,12 @@ def start_server() -> None:
 def _engine(argv: list, launched: dict, output_file: str, work_dir: str) -> None:
     """The engine, in the forked process: ``ipengine ARGV`` as ipyparallel's launcher would start it."""
     from .. import supervisor
-    supervisor._die_with_parent(NAME)
-    supervisor._end_with_the_launcher()
+    supervisor.start_as_launched(NAME, launched)
     os.setsid()  # its own session, as ipyparallel's launcher gives it: the kernel's Ctrl-C is not its
     with open(output_file, "ab") as out, open(os.devnull, "rb") as stdin:
         for fd, target in ((0, stdin), (1, out), (2, out)):
             os.dup2(target.fileno(), fd)
     os.chdir(work_dir or ".")
-    supervisor._as_launched(launched)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, supervisor.HELD_SIGNALS)  # held in the server only
     import atexit
     atexit.unregister(os._exit)  # the server's quick exit (ddp_tutorial.server_exit): an engine's code decides
@@ -145,22 +145,18 @@ class ForkedEngineLauncher(LocalEngineLauncher):
     """One engine, forked from the server (see the module's text)."""
 
     def start(self):
-        import multiprocessing
-        import multiprocessing.process
-        import resource
-        from ipyparallel.cluster.launcher import ProcessStateError
         if self.state != "before":
             raise ProcessStateError(f"The process was already started and has state: {self.state}")
         launched = {"environ": {**os.environ, **self.get_env()},
                     "open_files": resource.getrlimit(resource.RLIMIT_NOFILE)}
         argv = self.args[len(self.engine_cmd):]  # after "python -m ipyparallel.engine": the cluster's, ours
-        process = _EngineProcess(target=_engine, args=(argv, launched, self.output_file, self.work_dir), name=NAME)
-        process.start()
+        engine = _EngineProcess(target=_engine, args=(argv, launched, self.output_file, self.work_dir), name=NAME)
+        engine.start()
         # Not one of multiprocessing's children here: at this process's exit it would join them, and wait for
         # good for an engine that is stopped (SIGSTOP) or blocked; the engine ends with us instead.
-        multiprocessing.process._children.discard(process)
-        self.pid = process.pid
-        self.process = ForkedProcess(process)
+        mp_process._children.discard(engine)
+        self.pid = engine.pid
+        self.process = ForkedProcess(engine)
         self.notify_start(self.pid)
         self._start_waiting()
 
