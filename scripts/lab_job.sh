@@ -225,6 +225,10 @@ cleanup() {
   [ $ended = 1 ] && return
   ended=1
   trap '' TERM INT HUP
+  # The address goes first: the server is ending, and SLURM SIGKILLs this script KillWait seconds after scancel's
+  # SIGTERM (5 s on the lab); the clean-up below can take longer on a loaded node (scancel, a Python scan per round),
+  # and the file would outlive the server with its token.
+  [ -n "${urlfile:-}" ] && rm -f "$urlfile"
   local jobs pids i
   jobs=$(sort -u "$DDP_TUTORIAL_ENGINE_JOBS" 2>/dev/null | xargs)
   if [ -n "${jobs// }" ]; then
@@ -240,7 +244,6 @@ cleanup() {
     sleep 0.1
   done
   forget_clusters
-  [ -n "${urlfile:-}" ] && rm -f "$urlfile"
   rm -rf "$state"
 }
 forget_clusters() {  # the ipyparallel cluster files this session's kernels wrote (all its processes are gone)

@@ -542,8 +542,9 @@ def test_lab_job_is_its_owners_alone(tmp_path):
                                env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     log.chmod(0o644)
     try:
+        # JupyterLab's own log lines (its stderr, the same file) may come between the script's lines
         shown = _wait_for("the address line", lambda: re.search(
-            r"== JupyterLab on (\S+):(\d+) .*\n.*\n== then open the address in (\S+) \(it holds the token; "
+            r"== JupyterLab on (\S+):(\d+) .*\n(?:.*\n)*?== then open the address in (\S+) \(it holds the token; "
             r"only you can read it\): cat \3", log.read_text(errors="replace")), 180, log)
         port, url_file = int(shown.group(2)), Path(shown.group(3))
         assert url_file == Path(f"{work}.lab-url") and url_file.stat().st_mode & 0o777 == 0o600
