@@ -21,7 +21,6 @@ from . import result as results
 from .checkpoint import Position
 from .config import TrainConfig
 from .i18n import t
-from .model import count_parameters
 from .result import TrainResult
 from .threads import WAIT_POLICY_VARIABLE
 from .whoami import DistEnv
@@ -54,17 +53,19 @@ class EpochMeter:
 class RunRecord:
     """The result of one run, filled epoch by epoch; the clock starts when it is built."""
 
-    def __init__(self, config: TrainConfig, env: DistEnv, say: Callable[..., None], model, lr: float,
-                 device: torch.device, backend: str, steps_per_epoch: int, start: Position):
-        """``say``: how this run prints (:meth:`~ddp_tutorial.runstate.RunState.say`); ``backend``: the
-        group's (at world 1, no group: the one this device would use, as train.py printed it); ``start``:
-        where the run starts, with what a resumed run brings along."""
+    def __init__(self, config: TrainConfig, env: DistEnv, say: Callable[..., None], model, parameters: int, lr: float,
+                 device: torch.device, backend: str, share: int, start: Position):
+        """``say``: how this run prints (:meth:`~ddp_tutorial.runstate.RunState.say`); ``parameters``: how many
+        the model has (:func:`~ddp_tutorial.model.count_parameters`); ``backend``: the group's (at world 1, no
+        group: the one this device would use, as train.py printed it); ``share``: this rank's samples per epoch (the
+        sampler's); ``start``: where the run starts, with what a resumed run brings along."""
+        steps_per_epoch = -(-share // config.batch_size)  # the last batch may be short
         self.config, self.env, self.say = config, env, say
         self.model, self.device, self.steps_per_epoch = model, device, steps_per_epoch
         self.classes = list(model.hidden_layers)[-1].out_features
         self.result = TrainResult(  # the options as given (config.py's table), then what this run resolved
             **config.recorded(), rank=env.rank, world_size=env.world_size, backend=backend, device=str(device),
-            lr=lr, steps_per_epoch=steps_per_epoch, num_parameters=count_parameters(model), launcher=env.scheme,
+            lr=lr, steps_per_epoch=steps_per_epoch, num_parameters=parameters, launcher=env.scheme,
             num_nodes=env.num_nodes, threads=torch.get_num_threads(),
             omp_wait_policy=os.environ.get(WAIT_POLICY_VARIABLE, ""), epochs=list(start.epochs),
             rank_losses=[list(r) for r in start.rank_losses], resumed_from=start.resumed_from)

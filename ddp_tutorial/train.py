@@ -49,7 +49,7 @@ from .entry import run_and_exit
 from .evaluate import evaluate
 from .i18n import Count, t
 from .meter import EpochMeter, RunRecord
-from .model import DeepNeuralNetwork
+from .model import DeepNeuralNetwork, count_parameters
 from .optim import make_optimizer, scaled_lr, set_lr, warmup_lr
 from .preemption import StopRequest
 from .process_group import abort_process_group, rendezvous_errors
@@ -98,6 +98,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             torch.manual_seed(config.seed)
             model = DeepNeuralNetwork(config.num_layers, train_data.num_features, config.hidden,
                                       train_data.num_classes).to(device)
+            parameters = count_parameters(model)
             ddp_model = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None) if distributed else model
             lr = scaled_lr(config.lr, config.scale_lr, env.world_size)  # --scale-lr: the lr for this world size
@@ -108,8 +109,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
             if distributed:
                 dist.barrier(group=control)  # every rank is ready (its checkpoint loaded): go
             resume.settle_ddp_buckets(ddp_model, train_data, criterion, start)
-            steps_per_epoch = -(-sampler.num_samples // config.batch_size)
-            record = RunRecord(config, env, run.say, model, lr, device, backend, steps_per_epoch, start)  # clock starts
+            record = RunRecord(config, env, run.say, model, parameters, lr, device, backend, sampler.num_samples, start)
 
             # 7. The loop. set_epoch: a new shuffle each epoch (forget it: every epoch repeats the first one's order).
             for epoch in range(start.epoch, config.epochs):
@@ -118,18 +118,18 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                 meter = EpochMeter(device, start, epoch)  # a resumed epoch starts at the step where it stopped
                 stopped = run_epoch(epoch, batches, meter, record, train_data, ddp_model, optimizer, criterion, lr,
                                     config.warmup_steps, run.stop, control)
-                if stopped is not None:  # the ranks voted to stop: rank 0's checkpoint, then exit 75
-                    preempt(run.stop, resume, meter, record, control, epoch, stopped)
-                # 8. My loss — the seed's printed line — and every rank's (loss sum, batches), gathered
-                #    on the CPU: the mean over all ranks is what the epoch line and the result report.
+                # 8. My loss (the seed's printed line) and every rank's (loss sum, batches), gathered on the CPU.
                 loss_sum, steps = meter.epoch_loss()
+                totals = every_ranks_loss(loss_sum, steps, control)
+                if stopped is not None:  # the ranks voted to stop: rank 0's checkpoint, then exit 75
+                    preempt(run.stop, resume, record, control, epoch, stopped, totals)
                 run.say("train.rank_loss", rank=env.rank, loss=loss_sum, epoch=epoch, steps=steps)
-                record.end_epoch(epoch, every_ranks_loss(loss_sum, steps, control), meter)
+                record.end_epoch(epoch, totals, meter)
                 resume.save(epoch + 1, 0, 0.0, 0, record.result)  # rank 0's checkpoint (--checkpoint-dir)
 
             # 9. The test, on rank 0 only; every rank returns its accuracy.
-            accuracy = rank_zero_accuracy(model, test_data, device, backend, env, run.say) if config.evaluate else None
-            return record.finish(accuracy)
+            return record.finish(rank_zero_accuracy(model, test_data, device, backend, env, run.say)
+                                 if config.evaluate else None)
 
 
 @contextlib.contextmanager
@@ -218,12 +218,12 @@ def every_ranks_loss(loss_sum: float, steps: int, control) -> List[torch.Tensor]
     return every
 
 
-def preempt(stop: StopRequest, resume: Resume, meter: EpochMeter, record: RunRecord, control, epoch: int,
-            step: int) -> None:
-    """The stop vote said "stop": every rank's partial loss of this epoch, rank 0's checkpoint where every
-    rank stands, a ``dist.barrier`` so that nobody leaves before it is on disk, then exit 75 (the job script
-    requeues; ``--resume`` continues from this very step)."""
-    partials = every_ranks_loss(*meter.epoch_loss(), control)  # (loss sum, batches) so far
+def preempt(stop: StopRequest, resume: Resume, record: RunRecord, control, epoch: int, step: int,
+            partials) -> None:
+    """The stop vote said "stop" at ``step``: rank 0's checkpoint where every rank stands, with ``partials``,
+    every rank's (loss sum, batches) of this epoch so far (:func:`every_ranks_loss`); a ``dist.barrier`` so that
+    nobody leaves before it is on disk; then exit 75 (the job script requeues; ``--resume`` continues from this
+    very step)."""
     resume.save(epoch, step, [float(p[0]) for p in partials], [int(p[1]) for p in partials], record.result)
     if control is not None:
         dist.barrier(group=control)

@@ -155,7 +155,7 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     backend nccl"), not gloo for every run without a group (seen on the first GPU run, an H200). CUDA is not
     touched: RunRecord only records the device."""
     import torch
-    from ddp_tutorial.model import DeepNeuralNetwork
+    from ddp_tutorial.model import DeepNeuralNetwork, count_parameters
     from ddp_tutorial.checkpoint import Position
     from ddp_tutorial.meter import RunRecord
     from ddp_tutorial.whoami import resolve_environment
@@ -164,7 +164,8 @@ def test_a_world_1_result_records_the_backend_the_run_printed(requested, device,
     from ddp_tutorial.device_rule import choose_backend
     config = TrainConfig(backend=requested, evaluate=False)
     backend = choose_backend(requested, torch.device(device))  # as train.py's step 2, which it prints
-    record = RunRecord(config, env, print, model, 1e-3, torch.device(device), backend, 10, Position())
+    record = RunRecord(config, env, print, model, count_parameters(model), 1e-3, torch.device(device), backend,
+                       640, Position())
     assert record.result.backend == recorded and record.result.device == device
 
 
