@@ -17,6 +17,7 @@ It knows nothing of training: :mod:`ddp_tutorial.spawn` gives it the training fu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import multiprocessing.connection
@@ -25,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .exits import LOST_PEER as EXIT_LOST_PEER
 from .exits import REQUEUE as EXIT_REQUEUE
@@ -112,9 +113,21 @@ def answer_in_server(question: Callable, preload: Sequence[str] = ()):
         asker.join()
 
 
-def _as_launched(launched: dict) -> None:
-    """Give this rank the environment and the open-files limit of its launcher at the moment it was started."""
+def launched_now(environ: Optional[Mapping[str, str]] = None) -> dict:
+    """What a process forked from the server takes from its launcher, as it is now: the environment (``environ``,
+    or this process's), the open-files limit, the process group (see :mod:`ddp_tutorial.server_exit`)."""
     import resource
+    return {"environ": dict(os.environ if environ is None else environ),
+            "open_files": resource.getrlimit(resource.RLIMIT_NOFILE), "group": os.getpgrp()}
+
+
+def _as_launched(launched: dict) -> None:
+    """Give this rank the environment, the open-files limit and the process group of its launcher at the moment
+    it was started (:func:`launched_now`). The server has a group of its own; the ranks are in the launcher's,
+    so that a signal to it (a terminal's, a Jupyter kernel's SIGKILL) reaches them as it would a spawned rank."""
+    import resource
+    with contextlib.suppress(OSError):  # the launcher's group is gone: the rank ends with it anyway
+        os.setpgid(0, launched["group"])
     for name in set(os.environ) - set(launched["environ"]):
         del os.environ[name]
     os.environ.update(launched["environ"])
@@ -285,7 +298,6 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     processes only lost contact with a failed rank elsewhere, or were aborted by NCCL's watchdog).
     """
     rank_of = rank_of or (lambda local: local + node_rank * nprocs)
-    import resource
     context = rank_context(function, preload)
     passed = early_signal()  # SLURM's warning came while this launcher imported: the children start stopped
     if passed:
@@ -293,8 +305,7 @@ def run_processes(nprocs: int, function: Callable, args: tuple = (), node_rank: 
     children: List[mp.Process] = []
     try:
         for local_rank in range(nprocs):
-            launched = {"environ": dict(os.environ), "open_files": resource.getrlimit(resource.RLIMIT_NOFILE)}
-            child = context.Process(target=_child_entry, args=(local_rank, function, args, launched),
+            child = context.Process(target=_child_entry, args=(local_rank, function, args, launched_now()),
                                     name=f"rank{rank_of(local_rank)}")
             child.start()
             children.append(child)

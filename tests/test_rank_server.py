@@ -62,9 +62,11 @@ def _wait_ready(launcher: subprocess.Popen, out: Path) -> None:
 
 def test_a_killed_launcher_takes_its_ranks_and_the_server_along_a_stopped_rank_too(tmp_path):
     """SIGKILL (the OOM killer, one task's scancel) leaves the launcher no time to stop anything: the ranks,
-    whose parent is the server, must still end at once, rank 1 even while it is stopped (SIGSTOP)."""
+    whose parent is the server, must still end at once, rank 1 even while it is stopped (SIGSTOP), and the
+    server's socket must not stay in /tmp."""
     launcher = _run("hold", tmp_path)
     _wait_ready(launcher, tmp_path)
+    assert Path((tmp_path / "address").read_text()).is_socket()
     stopped = int((tmp_path / "ready-1").read_text())
     os.kill(stopped, signal.SIGSTOP)
     while Path(f"/proc/{stopped}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
@@ -76,6 +78,28 @@ def test_a_killed_launcher_takes_its_ranks_and_the_server_along_a_stopped_rank_t
         time.sleep(0.1)
     left = _session_processes(launcher.pid)
     assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:100] for pid in left]
+    # nor in /tmp: the server's socket and the pymp-… folder multiprocessing made for the launcher, which was
+    # given no time to remove them (a killed Jupyter kernel, SLURM's KillWait): the server did
+    address = Path((tmp_path / "address").read_text())
+    assert address.parent.name.startswith("pymp-") and not address.parent.exists(), sorted(address.parent.iterdir())
+
+
+def test_a_launcher_killed_with_its_process_group_leaves_nothing_in_tmp(tmp_path):
+    """As Jupyter kills a kernel that does not answer (SIGKILL to its whole process group): the ranks, which are
+    in the launcher's group, end with it; the server has a group of its own (server_exit.py), so it lives the
+    moment it takes to see them gone and to remove its socket and the pymp-… folder from /tmp."""
+    launcher = _run("hold", tmp_path)
+    _wait_ready(launcher, tmp_path)
+    ranks = [int((tmp_path / f"ready-{r}").read_text()) for r in (0, 1)]
+    assert {os.getpgid(pid) for pid in ranks} == {launcher.pid}  # the launcher's group (a session of its own here)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _session_processes(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _session_processes(launcher.pid), "the server or a rank outlived its launcher"
+    address = Path((tmp_path / "address").read_text())
+    assert not address.parent.exists(), sorted(address.parent.iterdir())
 
 
 def test_sigusr1_to_the_whole_process_group_reaches_the_ranks_and_spares_the_server(tmp_path):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import os
-import resource
 import signal
 import sys
 import threading
@@ -147,8 +146,8 @@ class ForkedEngineLauncher(LocalEngineLauncher):
     def start(self):
         if self.state != "before":
             raise ProcessStateError(f"The process was already started and has state: {self.state}")
-        launched = {"environ": {**os.environ, **self.get_env()},
-                    "open_files": resource.getrlimit(resource.RLIMIT_NOFILE)}
+        from ..supervisor import launched_now
+        launched = launched_now({**os.environ, **self.get_env()})
         argv = self.args[len(self.engine_cmd):]  # after "python -m ipyparallel.engine": the cluster's, ours
         engine = _EngineProcess(target=_engine, args=(argv, launched, self.output_file, self.work_dir), name=NAME)
         engine.start()

@@ -33,6 +33,8 @@ def wait_for_usr1(local_rank: int, out: str) -> int:
 
 
 def hold(local_rank: int, out: str) -> int:
+    from multiprocessing import forkserver  # the server's socket, as the server set it before forking us
+    Path(out, "address").write_text(forkserver._forkserver._forkserver_address)
     Path(out, f"pid-{local_rank}").write_text(str(os.getpid()))
     Path(out, f"pid-{local_rank}").rename(Path(out, f"ready-{local_rank}"))  # whole when it appears
     time.sleep(300)
