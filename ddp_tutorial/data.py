@@ -4,7 +4,7 @@ The seed tutorial gives each process a ``DataLoader`` over ``MNIST(root, downloa
 every sample goes through PIL and ``ToTensor`` one by one, and every process may try to
 download. Here the data is staged once beforehand (:mod:`ddp_tutorial.staging`,
 ``ddp-tutorial data prepare``) and :func:`load` **never downloads**: it checks the files, reads
-the raw IDX bytes straight into a tensor (the same tensors torchvision's ``MNIST`` class gives,
+the raw IDX bytes straight into a tensor (:mod:`ddp_tutorial.idx`; the same tensors torchvision's ``MNIST`` class gives,
 without importing torchvision: 2 s less start-up per process) and keeps the whole split as one
 ``uint8`` tensor, from which :meth:`InMemoryData.batch` cuts batches by index — the same numbers
 ``ToTensor`` gives (``x / 255``), without a Python loop over samples. On a GPU,
@@ -21,20 +21,9 @@ from typing import List, Optional, Tuple
 import torch
 
 from .datasets import CLASSES
-from .i18n import TutorialError
 from .staging import (ALL_FILES, check, file_names, prepare, prepare_command,  # noqa: F401  (re-exported)
                       raw_folder)
-from .staging import HEIGHT, IMAGE_HEADER, LABEL_HEADER, WIDTH
-
-
-def read_idx(path: Path, header: int) -> torch.Tensor:
-    """The bytes of an IDX file after its big-endian header (``IMAGE_HEADER`` or ``LABEL_HEADER``
-    bytes), as a uint8 tensor. :func:`ddp_tutorial.staging.check` has validated header and size."""
-    try:
-        raw = bytearray(Path(path).read_bytes())
-    except OSError as error:  # removed or made unreadable since the check
-        raise TutorialError("data.unreadable", path=path, why=error.strerror or error) from None
-    return torch.frombuffer(raw, dtype=torch.uint8, offset=header)
+from .idx import HEIGHT, IMAGE_HEADER, LABEL_HEADER, WIDTH, read_idx
 
 
 @dataclass
@@ -68,12 +57,6 @@ class InMemoryData:
         images = self.images.index_select(0, indices).reshape(len(indices), -1)
         return images.to(torch.float32).div_(255), self.labels.index_select(0, indices)
 
-    def first(self, n: Optional[int]) -> "InMemoryData":
-        """Only the first ``n`` samples (all of them when ``n`` is None)."""
-        if n is None:
-            return self
-        return InMemoryData(self.images[:n], self.labels[:n], self.classes, self.name)
-
     def to(self, device) -> "InMemoryData":
         """The same set with both tensors on ``device`` (itself when already there)."""
         device = torch.device(device)
@@ -82,12 +65,13 @@ class InMemoryData:
         return InMemoryData(self.images.to(device), self.labels.to(device), self.classes, self.name)
 
 
-def load(dataset: str, root: Path, train: bool = True) -> InMemoryData:
-    """The train (or test) split of a staged data set, in memory. Never downloads."""
+def load(dataset: str, root: Path, train: bool = True, first: Optional[int] = None) -> InMemoryData:
+    """The train (or test) split of a staged data set, in memory: its ``first`` samples when given
+    (``--train-subset``), else all of them. Never downloads."""
     root = Path(root).expanduser()
     check(dataset, root)  # clear errors for an unknown name, missing or damaged files, before reading them
     folder = raw_folder(dataset, root)
     image_file, label_file = file_names("train" if train else "t10k")
     labels = read_idx(folder / label_file, header=LABEL_HEADER).long()
     images = read_idx(folder / image_file, header=IMAGE_HEADER).view(len(labels), HEIGHT, WIDTH)
-    return InMemoryData(images=images, labels=labels, classes=list(CLASSES[dataset]), name=dataset)
+    return InMemoryData(images=images[:first], labels=labels[:first], classes=list(CLASSES[dataset]), name=dataset)

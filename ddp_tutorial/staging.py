@@ -48,10 +48,8 @@ from . import atomic
 from .datasets import (FINGERPRINT, FIRST_LABELS, FOLDERS, FULL_COUNTS, MD5, NAMES,  # noqa: F401  (re-exported)
                        default_dataset, default_root)
 from .i18n import Count, TutorialError, metavar, t
+from .idx import HEIGHT, IMAGE_HEADER, IMAGE_MAGIC, LABEL_HEADER, LABEL_MAGIC, WIDTH  # noqa: F401  (re-exported)
 
-IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
-IMAGE_HEADER, LABEL_HEADER = 16, 8  # bytes: four and two big-endian uint32
-HEIGHT = WIDTH = 28
 NUM_CLASSES = 10
 DOWNLOAD_TIMEOUT_S = 30  # a silent mirror must not hang `prepare` forever
 SPLITS = ("train", "t10k")

@@ -13,7 +13,8 @@ ipyparallel engine in a notebook). Each numbered step below is one idea of DDP, 
 6. the model, the same on every rank, wrapped in ``DistributedDataParallel``;
 7. the loop: ``set_epoch`` reshuffles; ``backward()`` all-reduces the gradients of all ranks;
 8. my loss (the seed's line) and every rank's: ``dist.all_gather``;
-9. the test on rank 0 only, through the unwrapped model; ``dist.broadcast`` of its accuracy;
+9. the test on rank 0 only (it reads the test split then), through the unwrapped model; ``dist.broadcast``
+   of its accuracy;
 10. ``dist.destroy_process_group``.
 
 :func:`train` tells steps 1–10; the functions under it, on this page, hold the parts it calls (as
@@ -67,11 +68,10 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
     # 1. Who am I? The launcher says it through environment variables (RANK/WORLD_SIZE,
     #    SLURM_PROCID/SLURM_NTASKS, …): my global rank, my local rank on this node, the world size.
     env = env or resolve_environment()
+    # 2. My device and the backend: GPU `local rank` with nccl, or the CPU with gloo.
+    device = choose_device(config.device, env)
+    backend = choose_backend(config.backend, device)
     with RunState(config, env) as run:
-        # 2. My threads, my device and the backend: GPU `local rank` with nccl, or the CPU with gloo.
-        torch.set_num_threads(threads_for(env.local_world_size, config.threads))
-        device = choose_device(config.device, env)
-        backend = choose_backend(config.backend, device)
         if env.local_rank == 0:
             run.say("train.node_summary", node=env.node_rank, nnodes=env.num_nodes, world_size=env.world_size,
                     per_node=env.local_world_size)
@@ -80,9 +80,8 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
 
         # 3. The data set, whole, in memory (on the GPU when training there): batches are cut by
         #    index. Training processes never download — stage it first: `ddp-tutorial data prepare`.
-        train_data = data.load(config.dataset, config.root, train=True).first(config.train_subset).to(device)
-        test_data = (data.load(config.dataset, config.root, train=False).to(device)
-                     if env.is_main and config.evaluate else None)  # rank 0 tests (step 9)
+        #    (Both splits are checked here; rank 0 reads the test split when it tests, step 9.)
+        train_data = data.load(config.dataset, config.root, train=True, first=config.train_subset).to(device)
 
         # 4. The process group: every process meets the others (10: and leaves when the block ends).
         distributed = env.world_size > 1
@@ -95,6 +94,8 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
 
             # 6. The model: the same seed gives the same weights everywhere (DDP also broadcasts
             #    rank 0's weights when it wraps the model). DDP averages gradients in backward().
+            #    It computes with this node's CPU cores shared among its ranks (--threads).
+            torch.set_num_threads(threads_for(env.local_world_size, config.threads))
             torch.manual_seed(config.seed)
             model = DeepNeuralNetwork(config.num_layers, train_data.num_features, config.hidden,
                                       train_data.num_classes).to(device)
@@ -128,7 +129,7 @@ def train(config: TrainConfig, env: Optional[DistEnv] = None) -> TrainResult:
                 resume.save(epoch + 1, 0, 0.0, 0, record.result)  # rank 0's checkpoint (--checkpoint-dir)
 
             # 9. The test, on rank 0 only; every rank returns its accuracy.
-            return record.finish(rank_zero_accuracy(model, test_data, device, backend, env, run.say)
+            return record.finish(rank_zero_accuracy(model, config.dataset, config.root, device, backend, env, run.say)
                                  if config.evaluate else None)
 
 
@@ -231,11 +232,13 @@ def preempt(stop: StopRequest, resume: Resume, record: RunRecord, control, epoch
     resume.preempted(epoch, step)  # says so, and raises: exit 75
 
 
-def rank_zero_accuracy(model, test_data, device: torch.device, backend: str, env: DistEnv, say) -> float:
-    """9. The test, on rank 0 only, through the unwrapped model (a forward through the DDP wrapper on one rank
-    alone could wait for the others); ``dist.broadcast`` of its accuracy, so that every rank returns it."""
+def rank_zero_accuracy(model, dataset: str, root, device: torch.device, backend: str, env: DistEnv, say) -> float:
+    """9. The test, on rank 0 only: it reads the test split of ``dataset`` (checked at step 3) and tests through
+    the unwrapped model (a forward through the DDP wrapper on one rank alone could wait for the others);
+    ``dist.broadcast`` of its accuracy, so that every rank returns it."""
     score = torch.zeros(1, dtype=torch.float64, device=device if backend == "nccl" else "cpu")
     if env.is_main:
+        test_data = data.load(dataset, root, train=False).to(device)
         score[0] = evaluate(model, test_data, device)
         say("train.accuracy", n=Count(len(test_data)), acc=float(score[0]))
     if env.world_size > 1:

@@ -105,6 +105,14 @@ def test_batch_equals_torchvision_to_tensor(root):
     assert 0.0 <= x.min() and x.max() <= 1.0
 
 
+def test_first_keeps_the_first_samples_of_the_split(root):
+    """``load(..., first=N)`` (``--train-subset N``): the split's first N images and labels, nothing else."""
+    whole, first = data.load("mnist", root, train=True), data.load("mnist", root, train=True, first=7)
+    assert len(first) == 7 and first.num_features == whole.num_features and first.classes == whole.classes
+    assert torch.equal(first.images, whole.images[:7]) and torch.equal(first.labels, whole.labels[:7])
+    assert len(data.load("mnist", root, train=True, first=None)) == len(whole)
+
+
 def test_to_moves_both_tensors_and_batches_follow(root):
     d = data.load("mnist", root, train=True)
     assert d.to("cpu") is d  # already there: no copy

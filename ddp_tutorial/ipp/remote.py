@@ -187,11 +187,11 @@ def _install_data_cache() -> None:
         return
     original = data.load
 
-    def load(dataset, root, train=True):
-        key = (dataset, os.path.abspath(os.path.expanduser(str(root))), bool(train), _files_stamp(root))
+    def load(dataset, root, train=True, first=None):
+        key = (dataset, os.path.abspath(os.path.expanduser(str(root))), bool(train), first, _files_stamp(root))
         if key not in _DATA_CACHE:
             _DATA_CACHE.clear() if len(_DATA_CACHE) >= 4 else None
-            _DATA_CACHE[key] = original(dataset, root, train=train)
+            _DATA_CACHE[key] = original(dataset, root, train=train, first=first)
         return _DATA_CACHE[key]
 
     load.engine_cache = True
