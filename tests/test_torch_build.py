@@ -1,7 +1,8 @@
 """The right torch for the node: a fake ``nvidia-smi`` on PATH (what a TRUBA GPU node prints) drives
 the build ``scripts/setup.sh`` chooses (``python -m ddp_tutorial.gpu choose``) and the verdict
-``ddp-tutorial env`` prints, in both languages. Real processes throughout; only nvidia-smi is a
-stand-in (this machine has no GPU), and setup.sh's pip is recorded instead of run (no network)."""
+``ddp-tutorial env`` prints, in both languages. setup.sh and ``gpu choose`` run as real processes, env's
+command in this one; only nvidia-smi is a stand-in (this machine has no GPU), and setup.sh's pip is
+recorded instead of run (no network)."""
 
 import os
 import subprocess
@@ -136,24 +137,32 @@ def test_setup_sh_says_the_choice_in_one_line_and_installs_that_build(tmp_path, 
 
 @pytest.mark.parametrize("lang", ["en", "tr"])
 @pytest.mark.parametrize("name", list(NODES))
-def test_env_says_whether_this_torch_can_use_the_gpus_and_the_command_that_fixes_it(tmp_path, name, lang):
+def test_env_says_whether_this_torch_can_use_the_gpus_and_the_command_that_fixes_it(tmp_path, name, lang, monkeypatch,
+                                                                                    capsys):
+    """``ddp-tutorial env``'s command, called here with the node's PATH and language (the command in a
+    process of its own: tests/test_gpu.py; eight interpreters importing torch for one report each were
+    50 s of the suite)."""
     import torch
+    from ddp_tutorial import cli
     if torch.version.cuda != "13.0" or torch.cuda.is_available():
         pytest.skip("written for this machine's torch: PyPI's cu130 build, no GPU")
     lines, _, status, advice = NODES[name]
-    env = {**_node(tmp_path, lines), "DDP_TUTORIAL_LANG": lang}
-    done = subprocess.run([sys.executable, "-m", "ddp_tutorial.cli", "env"], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, env=env)
-    assert done.returncode == 0, done.stderr
+    node = _node(tmp_path, lines)
+    for variable in ("DDP_TUTORIAL_SITE", "TORCH_VERSION", "TORCHVISION_VERSION"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PATH", node["PATH"])
+    monkeypatch.setenv("DDP_TUTORIAL_LANG", lang)
+    assert cli.main(["env"]) == 0
+    out = capsys.readouterr().out
     caps = [(int(line.split(", ")[1][0]), 0) for line in lines]
     verdict = gpu.compatibility(caps, lines[0].split(", ")[2] if lines else None, "13.0")
     assert verdict.status == status and verdict.suggestion == advice
     key = "gpu.report_ok" if verdict.ok else "gpu.report_bad"
-    assert t(key, lang, message=verdict.message(lang)) in done.stdout
+    assert t(key, lang, message=verdict.message(lang)) in out
     if advice:
-        assert f"bash scripts/setup.sh --cuda {advice}" in done.stdout
+        assert f"bash scripts/setup.sh --cuda {advice}" in out
         assert (f"--index-url https://download.pytorch.org/whl/{advice} torch=={gpu.TORCH_VERSION}+{advice}"
-                in done.stdout)
+                in out)
     for i, line in enumerate(lines):
         name_, capability, _ = line.split(", ")
-        assert t("gpu.report_gpu", lang, index=i, name=name_, capability=capability) in done.stdout
+        assert t("gpu.report_gpu", lang, index=i, name=name_, capability=capability) in out
