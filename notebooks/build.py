@@ -64,10 +64,12 @@ import re
 import sys
 import time
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from ddp_tutorial.i18n import BILINGUAL  # ⟪Türkçe‖English⟫: one text per language
+
+if TYPE_CHECKING:  # nbformat is imported where a notebook is made or read (1.2 s: its JSON schema validators),
+    import nbformat  # so that a malformed source is said at once
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
@@ -204,6 +206,7 @@ def localize(code: str, lang: str) -> str:
 
 
 def build(path: Path, lang: str) -> nbformat.NotebookNode:
+    import nbformat
     nb = nbformat.v4.new_notebook()
     for kind, content in parse(path):
         if kind == "exercise":
@@ -251,6 +254,7 @@ def keep_outputs(nb: nbformat.NotebookNode, target: Path) -> None:
     """Copy the stored outputs of ``target`` into ``nb`` for the code cells whose code is unchanged."""
     if not target.exists():
         return
+    import nbformat
     old = nbformat.read(target, as_version=4)
     old_code = [c for c in old.cells if c.cell_type == "code"]
     new_code = [c for c in nb.cells if c.cell_type == "code"]
@@ -407,6 +411,8 @@ def _build(args, parser) -> int:
         sources = [path for path in sources if any(stem == path.stem for stem, _ in pairs)]
         if not sources:
             return 0
+    for path in sources:  # every source read first: a malformed one is said before anything is built
+        parse(path)
     too_long = [line for path in sources for lang in args.languages
                 for line in long_lines(build(path, lang), f"{lang}/{path.stem}")]
     if too_long and args.execute:  # checked before anything is run
@@ -432,6 +438,7 @@ def _build(args, parser) -> int:
                 print(f"{target.relative_to(HERE.parent)} not written: machine paths in its outputs:\n  "
                       + "\n  ".join(paths), file=sys.stderr)
                 return 1
+            import nbformat
             nbformat.validate(nb)
             nbformat.write(nb, target)
             print(f"wrote {target.relative_to(HERE.parent)}")

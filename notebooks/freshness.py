@@ -15,8 +15,6 @@ import string
 from functools import lru_cache
 from pathlib import Path
 
-import nbformat
-
 from ddp_tutorial import i18n
 
 LANGUAGES = ("tr", "en")
@@ -89,6 +87,7 @@ def outputs(nb):
 
 def stale_cells(path: Path, lang: str) -> list:
     """``cell N: line`` for every stale line of the notebook at ``path``."""
+    import nbformat  # here, not at the top: build.py says a malformed source before anything imports it (1 s)
     nb = nbformat.read(path, as_version=4)
     return [f"cell {i}: {line}" for i, text in outputs(nb) for line in stale_lines(text, lang)]
 
