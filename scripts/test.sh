@@ -38,13 +38,14 @@ fi
 export DDP_TUTORIAL_DATASET=${DDP_TUTORIAL_DATASET:-${fetched:-fashion-mnist}}
 echo "== data: the notebooks run on $DDP_TUTORIAL_DATASET (root $DDP_TUTORIAL_ROOT)"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-# Three workers (pytest-xdist; DDP_TUTORIAL_TEST_WORKERS=0: one process). --dist loadscope keeps a test module (and
+# Four workers (pytest-xdist; DDP_TUTORIAL_TEST_WORKERS=0: one process). --dist loadscope keeps a test module (and
 # a notebook: its cells share one kernel) on one worker, in order. Much of the suite waits (SLURM's scheduler, engines
-# registering, timeouts): with two workers the CI machine's two cores were 85 % busy, with three 90 %, and the run
-# 14 % shorter (23.0 → 19.7 min of pytest, clean clones, 2026-12-07). Each worker starts its own SLURM lab when it
-# meets a SLURM test (namespaced: labs do not meet).
+# registering, timeouts), so workers beyond the two cores fill them: pytest took 23.0 min with two workers, 19.7 with
+# three (clean clones, 2026-12-07) and 16.3 with four, the two cores then 98.8 % busy (/proc/stat, every 5 s): more
+# workers cannot help, less CPU per test can. Each worker starts its own SLURM lab when it meets a SLURM test
+# (namespaced: labs do not meet).
 # --durations: the slowest tests in every run's output (CI's too), to keep the suite in its budget.
-workers=${DDP_TUTORIAL_TEST_WORKERS:-3}
+workers=${DDP_TUTORIAL_TEST_WORKERS:-4}
 parallel=()
 if [ "$workers" != 0 ] && .venv/bin/python -c "import xdist" 2>/dev/null; then
   parallel=(-n "$workers" --dist loadscope)

@@ -625,15 +625,19 @@ def _check_block(text: str) -> str:
     return "# ---- GPU check" + text.split("# ---- GPU check")[1].split("\n\n")[0] + "\n"
 
 
-@pytest.mark.parametrize("template", sorted(slurm.TEMPLATES))
-def test_gpu_jobs_check_once_that_this_torch_fits_the_gpus(template, tmp_path):
+def test_gpu_jobs_check_once_that_this_torch_fits_the_gpus(tmp_path):
     """A GPU job of the package's training stops at once, with the verdict and the fixing command, when
     the torch of $PYTHON cannot use the node's GPUs (a fake nvidia-smi: driver 565 + V100, TRUBA's
-    akya-cuda, and this machine's PyPI cu130 torch); no GPU seen or a fitting build: it goes on."""
-    text = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2))
-    assert text.index("# ---- which network") < text.index("# ---- GPU check") < text.index("\nsrun ")
+    akya-cuda, and this machine's PyPI cu130 torch); no GPU seen or a fitting build: it goes on. Every
+    template renders the same check (asserted), so it runs once here, not once per template."""
+    texts = {template: slurm.render(slurm.JobSpec(template=template, gpus_per_node=2))
+             for template in sorted(slurm.TEMPLATES)}
+    for text in texts.values():
+        assert text.index("# ---- which network") < text.index("# ---- GPU check") < text.index("\nsrun ")
+    blocks = {_check_block(text) for text in texts.values()}
+    assert len(blocks) == 1, blocks
     script = tmp_path / "check.sh"
-    script.write_text(f"PYTHON={sys.executable}\n" + _check_block(text) + 'echo "went on"\n')
+    script.write_text(f"PYTHON={sys.executable}\n" + blocks.pop() + 'echo "went on"\n')
     node = tmp_path / "node"
     node.mkdir()
     (node / "nvidia-smi").write_text("#!/bin/sh\nprintf '%s\\n' 'Tesla V100-SXM2-16GB, 7.0, 565.57.01'\n")
@@ -649,11 +653,11 @@ def test_gpu_jobs_check_once_that_this_torch_fits_the_gpus(template, tmp_path):
     done = subprocess.run([BASH, str(script)], capture_output=True, text=True, timeout=120,
                           env={**base, "PATH": no_gpu})
     assert done.returncode == 0 and "went on" in done.stdout, done.stdout + done.stderr
-    # Not for CPU jobs, nor for your own script (its environment need not have this package).
-    assert "# ---- GPU check" not in slurm.render(slurm.JobSpec(template=template, nproc_per_node=2))
-    if template in slurm.SCRIPT_TEMPLATES:
-        own = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2, script="train.py"))
-        assert "# ---- GPU check" not in own
+    for template in texts:  # not for CPU jobs, nor for your own script (its environment need not have this package)
+        assert "# ---- GPU check" not in slurm.render(slurm.JobSpec(template=template, nproc_per_node=2))
+        if template in slurm.SCRIPT_TEMPLATES:
+            own = slurm.render(slurm.JobSpec(template=template, gpus_per_node=2, script="train.py"))
+            assert "# ---- GPU check" not in own
 
 
 # ------------------------------------------------------------------------------------------
