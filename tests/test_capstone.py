@@ -40,21 +40,27 @@ def engines(two_engines):
 @needs_data
 @pytest.mark.parametrize("lang", ["tr", "en"])
 def test_08_setup_runs_in_a_workshop_copy_made_as_lab_sh_makes_it(lang, tmp_path):
-    """scripts/workshop_copy.sh is lab.sh's copy step; 08's first three code cells (setup, the script,
-    one process training) run in that copy, whose folder holds no cnn_single.py of its own."""
+    """scripts/workshop_copy.sh is lab.sh's copy step; 08's first code cells (setup, the script) run in that
+    copy, whose folder holds no cnn_single.py of its own, and find the script there. The third, one process
+    training, is the same code in both languages: it trains in the Turkish copy only (once is enough to show
+    the placed script runs; a second CNN training was 15 s of the suite)."""
     work = tmp_path / "workshop" / lang
     subprocess.run(["bash", str(REPO / "scripts" / "workshop_copy.sh"), lang, str(work)], check=True, timeout=60)
     assert (work / "08_own_model.ipynb").is_file() and not (work / "cnn_single.py").exists()
     notebook = json.loads((work / "08_own_model.ipynb").read_text(encoding="utf-8"))
     code = [c["source"] for c in notebook["cells"] if c["cell_type"] == "code"][:3]
     code = ["".join(c) if isinstance(c, list) else c for c in code]
-    program = "\n".join(f"exec(compile({c!r}, 'cell{i}', 'exec'))" for i, c in enumerate(code))
+    trains = lang == "tr"
+    program = "\n".join(f"exec(compile({c!r}, 'cell{i}', 'exec'))" for i, c in enumerate(code[:3 if trains else 2]))
+    program += "\nimport cnn_single; print('FOUND', cnn_single.__file__)"
     env = dict(os.environ, DDP_TUTORIAL_LANG=lang, OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-c", program], cwd=work, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (work / "cnn_single.py").read_text() == capstone.SCRIPT.read_text()
-    assert "test accuracy" in run.stdout and (work / "cnn_single.pt").is_file()
+    assert f"FOUND {work / 'cnn_single.py'}" in run.stdout, run.stdout
+    if trains:
+        assert "test accuracy" in run.stdout and (work / "cnn_single.pt").is_file()
 
 
 @pytest.mark.parametrize("lang", ["tr", "en"])

@@ -611,25 +611,37 @@ DAMAGED = {
 
 
 def test_a_damaged_or_mismatched_checkpoint_is_refused(preempted_train, slow_root, tmp_path):
-    """Resume (one process) from broken copies of the mid-epoch world-2 checkpoint: each ends with
-    exit code 2 and one clear line, no traceback. The four runs go in parallel (they are independent)."""
-    runs = {}
-    for how, (extra, _message) in DAMAGED.items():
+    """Resume (one process) from broken copies of the mid-epoch world-2 checkpoint. Through the command, a
+    truncated copy ends with exit code 2 and one clear line, no traceback; the other three refusals are the
+    story's own, called here in pytest's process (three more launchers and rank servers importing torch to
+    print a sentence each were 20 s of the suite): each is the message the command prints."""
+    from ddp_tutorial.config import config_from_args
+    from ddp_tutorial.i18n import TutorialError
+    from ddp_tutorial.train import argparse_parser, train
+
+    def argv(how: str) -> List[str]:
+        extra, _message = DAMAGED[how]
         directory = _damaged(tmp_path, preempted_train["copy"], how)
-        argv = DDP_TUTORIAL + ["train", "--nproc-per-node", "1",
-                               *train_args(slow_root, PREEMPT_EPOCHS, "--checkpoint-dir", str(directory), "--resume",
-                                           *extra)]
-        runs[how] = subprocess.Popen(argv, cwd=tmp_path, env=job_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-    for how, process in runs.items():
-        try:
-            out, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            pytest.fail(f"{how}: no answer within 300 s")
-        assert process.returncode == 2, f"{how}: exit code {process.returncode}\n{out}{err}"
-        assert re.search(DAMAGED[how][1], err), f"{how}: {err}"
-        assert "Traceback" not in err, f"{how}: {err}"
+        return train_args(slow_root, PREEMPT_EPOCHS, "--checkpoint-dir", str(directory), "--resume", *extra)
+
+    command = subprocess.Popen(DDP_TUTORIAL + ["train", "--nproc-per-node", "1", *argv("truncated")], cwd=tmp_path,
+                               env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threads = torch.get_num_threads()  # --threads 1 sets this process's: given back below
+    try:
+        for how in ("random-bytes", "other-model-size", "other-world-size"):
+            with pytest.raises(TutorialError) as refused:
+                train(config_from_args(argparse_parser().parse_args(argv(how))))
+            assert re.search(DAMAGED[how][1], str(refused.value)), f"{how}: {refused.value}"
+    finally:
+        torch.set_num_threads(threads)
+    try:
+        out, err = command.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        command.kill()
+        pytest.fail("truncated: no answer within 300 s")
+    assert command.returncode == 2, f"truncated: exit code {command.returncode}\n{out}{err}"
+    assert re.search(DAMAGED["truncated"][1], err), f"truncated: {err}"
+    assert "Traceback" not in err, f"truncated: {err}"
 
 
 def test_sigusr1_while_a_train_worker_imports_torch_is_kept_not_fatal(mnist_root, tmp_path):
@@ -759,7 +771,6 @@ def test_epochs_0_without_a_checkpoint_says_so_without_naming_one(mnist_root, tm
     """R01 (round 4): `--epochs 0` with no checkpoint said "The checkpoint in None has 0 epoch(s) done".
     The story itself, in this process, with `python -m ddp_tutorial.train`'s options (two interpreters
     importing torch for one sentence each were 31 s of the suite)."""
-    import torch
     from ddp_tutorial.config import config_from_args
     from ddp_tutorial.train import argparse_parser, train
     monkeypatch.chdir(tmp_path)
