@@ -14,6 +14,10 @@ One run per directory: rank 0 holds a lock on it (:class:`DirectoryLock`, taken 
 :func:`ensure_writable`, given back by :func:`release`) from the start to the end of the run.
 What is read must be a regular file with the right fields of the right types, or it is refused
 with one clear message (a named pipe would block ``torch.load`` for ever).
+
+torch is imported where a checkpoint is written or loaded, not above: the job templates ask where a
+checkpoint stands after every stop (``python -m ddp_tutorial.resume DIR``, answered by
+:mod:`ddp_tutorial.checkpoint_position`), and that answer needs no torch.
 """
 
 from __future__ import annotations
@@ -32,14 +36,15 @@ import time
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import atomic
 from .config import CHECKPOINT_NAME, KEPT_ALWAYS, KEPT_MID_EPOCH
 from .i18n import TutorialError, t
 from .validate import option_name
+
+if TYPE_CHECKING:
+    import torch
 
 LOCK_NAME = ".ddp-tutorial.lock"   # held (flock) by rank 0 of the run that uses the directory
 FORMAT_VERSION = 1
@@ -85,6 +90,14 @@ def _open_regular(path: Path):
         raise TutorialError("ckpt_guard.not_regular", path=str(path), kind=_kind(mode))
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return os.fdopen(fd, "rb")
+
+
+def open_checkpoint(directory: os.PathLike | str):
+    """Rank 0's checkpoint file in ``directory`` opened for reading, or ``None`` when there is none; anything
+    but a regular file is refused (:class:`~ddp_tutorial.i18n.TutorialError`). What is read is what was
+    checked: a named pipe renamed in between never blocks."""
+    path = checkpoint_path(directory)
+    return _open_regular(path) if _regular_or_absent(path) else None
 
 
 # --------------------------------------------------------------------------------------
@@ -257,6 +270,7 @@ def save_checkpoint(directory: os.PathLike | str, state: Dict[str, Any]) -> Path
     seen: list = []
 
     def writer(handle) -> None:
+        import torch
         seen.append(_Recording(handle))
         torch.save(state, seen[0])
 
@@ -320,11 +334,10 @@ def load_checkpoint(directory: os.PathLike | str, expect: Dict[str, Any]) -> Opt
     middle of an epoch (the sampler's split of that epoch depends on them).
     """
     path = checkpoint_path(directory)
-    if not _regular_or_absent(path):
-        return None
-    handle = _open_regular(path)  # what is read is what was checked: a FIFO renamed in between never blocks
+    handle = open_checkpoint(directory)
     if handle is None:
         return None
+    import torch
     try:
         with handle:
             state = torch.load(handle, map_location="cpu", weights_only=True)
@@ -365,6 +378,7 @@ def _check_types(path: Path, state: Any) -> None:
     missing = [key for key in REQUIRED_KEYS if key not in state]
     if missing:
         raise TutorialError("ckpt.corrupt", path=str(path), why=t("ckpt_guard.missing", keys=", ".join(missing)))
+    import torch
     shape = state["shape"]
     wrong = [key for key in ("format_version", "epoch", "step", "world_size", "batch_size")
              if not _count(state[key])]
@@ -381,6 +395,7 @@ def _check_types(path: Path, state: Any) -> None:
 def _check_finite(path: Path, state: Dict[str, Any]) -> None:
     """Weights that are not numbers (NaN, ±infinity: a run that diverged, or a damaged file) are refused:
     a run resumed from them trains on with a loss of nan and learns nothing, without a word."""
+    import torch
     bad = [name for name, value in state["model"].items()
            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all())]
     if bad:

@@ -5,19 +5,19 @@ The tutorial series' ``Trainer`` has ``_load_snapshot`` and ``_save_snapshot``; 
 the checkpoint must fit this one (model shape, world size, batch, seed, data, optimizer —
 :func:`ddp_tutorial.checkpoint.load_checkpoint` says what differs), a new learning rate is applied
 and said, the random state comes back, and a stop vote ends in :meth:`Resume.preempted` (exit 75).
+
+torch is imported where it is used: ``python -m ddp_tutorial.resume DIR``, which the job templates run after
+every stop, answers without it (:func:`ddp_tutorial.checkpoint_position.stands_at`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
-
-import torch
+from typing import Callable
 
 from . import checkpoint as ckpt
 from .checkpoint import Position
 from . import exits
 from .config import TrainConfig
-from .optim import set_lr
 from .preemption import Preempted
 from .result import TrainResult
 from .whoami import DistEnv
@@ -47,6 +47,8 @@ class Resume:
         return start
 
     def _load(self) -> Position:
+        import torch
+        from .optim import set_lr
         directory, say, rank = self.config.checkpoint_dir, self.say, self.env.rank
         state = ckpt.load_checkpoint(directory, self.expected)
         if state is None:
@@ -78,6 +80,7 @@ class Resume:
         run's step at the same point. No optimizer step is taken: the weights do not change."""
         if not (self.env.world_size > 1 and start.resumed_from):
             return
+        import torch
         images, labels = data.batch(torch.arange(min(self.config.batch_size, len(data))))  # on the data's device
         criterion(ddp_model(images), labels).backward()
         self.optimizer.zero_grad(set_to_none=True)
@@ -87,6 +90,7 @@ class Resume:
         directory = self.config.checkpoint_dir
         if not (self.env.is_main and directory):
             return False
+        import torch
         state = dict(model=self.model.state_dict(), optimizer=self.optimizer.state_dict(), epoch=epoch,
                      step=step, partial_loss=partial_loss, partial_steps=partial_steps, epochs=record.epochs,
                      rank_losses=record.rank_losses, rng=torch.get_rng_state(), **self.expected)
@@ -101,28 +105,13 @@ class Resume:
         raise Preempted()
 
 
-def position(directory) -> Optional[Tuple[int, int]]:
-    """Where the checkpoint in ``directory`` stands, ``(epoch, step)``, read as :meth:`Resume.start` reads it
-    (rank 0's file, loaded on the CPU); ``None`` when there is none, or it cannot be read."""
-    try:
-        path = ckpt.checkpoint_path(directory)
-        if not ckpt._regular_or_absent(path):
-            return None
-        handle = ckpt._open_regular(path)
-        if handle is None:
-            return None
-        with handle:
-            state = torch.load(handle, map_location="cpu", weights_only=True)
-        return int(state["epoch"]), int(state["step"])
-    except Exception:  # noqa: BLE001 - unreadable or not a checkpoint: no position (the resumed run says why)
-        return None
-
-
 if __name__ == "__main__":
     # python -m ddp_tutorial.resume DIR: "EPOCH STEP" of DIR's checkpoint, nothing when there is none.
     # The job templates ask it after exit 75: a requeue whose checkpoint did not move on stops (P8).
     import sys
 
-    found = position(sys.argv[1]) if len(sys.argv) == 2 else None
+    from .checkpoint_position import stands_at
+
+    found = stands_at(sys.argv[1]) if len(sys.argv) == 2 else None
     if found is not None:
         print(*found)

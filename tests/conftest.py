@@ -111,26 +111,6 @@ def pytest_collection_modifyitems(items):
         base = item.nodeid.split("[")[0].removeprefix("tests/")
         if base in slow or any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=_longest_first)
-
-
-# ===== The longest modules first ============================================================================
-# scripts/test.sh hands whole modules to its workers (xdist's --dist loadscope), in the order they are collected.
-# Alphabetically, a module of 4–8 minutes (test_slurm_jobs, test_under_load) came near the end and ran while the
-# other workers had nothing left: the last 50 s of a run kept one or two of the four busy. The modules below go
-# first, longest first (the seconds their tests took together in a full run on the 2-core CI machine,
-# `python -m benchmarks.suite_cpu`, 2026-12-07); every other module follows in its usual order (a stable sort).
-LONGEST_MODULES = (  # 460, 460, 370, 280, 280, 260, 210, 210, 210, 190, 190, 190, 170, 170, 160 s
-    "test_faults", "test_slurm_jobs", "test_benchmarks", "test_story_faults", "test_ipp_kernel", "test_browser",
-    "test_proof_precision", "test_own_scripts", "test_contention", "test_site_check", "test_gpu_check",
-    "test_class_shape", "test_lab_job", "test_under_load", "test_train")
-
-
-def _longest_first(item) -> int:
-    module = item.nodeid.split("::")[0]
-    name = module.removeprefix("tests/").removesuffix(".py")
-    return LONGEST_MODULES.index(name) if module.startswith("tests/") and name in LONGEST_MODULES \
-        else len(LONGEST_MODULES)
 
 
 # ===== The English notebooks' one-GPU kernels stay theirs (notebooks/conftest.py) ===========================

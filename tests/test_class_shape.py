@@ -349,6 +349,55 @@ def test_a_requeue_without_progress_stops_and_says_why(tmp_path):
     assert marker.read_text().split() == ["4", "0"]
 
 
+def test_where_a_checkpoint_stands_is_read_as_resume_reads_it_without_torch(tmp_path):
+    """``python -m ddp_tutorial.resume DIR``, which every template runs after exit 75, answers from the file
+    ``--resume`` loads (a real model's, mid-epoch, with the random state) without importing torch; what the
+    pickle names is never imported or called; a file that is no checkpoint has no position."""
+    import pickle
+    import zipfile
+
+    import torch
+    from ddp_tutorial.checkpoint import checkpoint_path, save_checkpoint
+    from ddp_tutorial.checkpoint_position import stands_at
+    from ddp_tutorial.model import DeepNeuralNetwork
+
+    model = DeepNeuralNetwork(3, 784, 32, 10)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.zeros(2, 784)).sum().backward()
+    optimizer.step()
+    folder = tmp_path / "checkpoint-7"
+    folder.mkdir()
+    save_checkpoint(folder, dict(model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=3, step=80,
+                                 partial_loss=[1.5, 2.5], partial_steps=[80, 80], rng=torch.get_rng_state()))
+    saved = torch.load(checkpoint_path(folder), map_location="cpu", weights_only=True)
+    assert stands_at(folder) == (saved["epoch"], saved["step"]) == (3, 80)
+
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "ddp_tutorial.resume", str(folder)],
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and run.stdout == "3 80\n", run.stdout + run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "ddp_tutorial.checkpoint_position" in imported and "torch" not in imported
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    with zipfile.ZipFile(checkpoint_path(folder), "w") as archive:  # torch.save's layout, with a payload in it
+        archive.writestr("checkpoint/data.pkl", pickle.dumps(dict(epoch=4, step=0, model=Payload()), protocol=2))
+    assert stands_at(folder) == (4, 0) and not marker.exists()
+
+    for content in (b"", b"not a zip", checkpoint_path(folder).read_bytes()[:60]):
+        checkpoint_path(folder).write_bytes(content)
+        assert stands_at(folder) is None, content
+    checkpoint_path(folder).unlink()
+    assert stands_at(folder) is None
+    os.mkfifo(checkpoint_path(folder))  # refused at once, as --resume refuses it, never waited on
+    assert stands_at(folder) is None
+
+
 def test_the_no_progress_line_is_in_the_jobs_language(tmp_path):
     _checkpoint(tmp_path / "checkpoint-7", 1, 0)
     (tmp_path / "checkpoint-7" / ".requeued-at").write_text("1 0\n")
