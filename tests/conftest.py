@@ -139,12 +139,13 @@ os.environ.setdefault("DDP_TUTORIAL_LOGIN_OK", "1")
 
 
 # ===== Collection without the cyclic garbage collector ========================================================
-# A worker imports torch and every test module: about a million objects that live as long as the worker. Each
-# full collection of Python's cyclic garbage collector walks all of them again, and collecting the suite made
-# many: 38 % of a collection's CPU time (perf, 2026-12-07). The collector is off while the suite is collected,
-# then one collection, and what lives on is set aside (gc.freeze: never walked again, never freed; it is the
-# session's anyway). Tests then collect their garbage as usual, walking only what they made. Collecting the suite
-# took 13.3 CPU-s, now 7.1, in each of scripts/test.sh's four workers.
+# A worker imports torch and every test module: hundreds of thousands of objects (326 000 for torch and pytest
+# alone) that live as long as the worker. Each full collection of Python's cyclic garbage collector walks all of
+# them again, and collecting the suite made many: 38 % of a collection's CPU time (perf, 2026-12-07). The
+# collector is off while the suite is collected, then one collection, and what lives on is set aside (gc.freeze:
+# never walked again, never freed; it is the session's anyway). Tests then collect their garbage as usual,
+# walking only what they made. Collecting the suite took 13.3 CPU-s, now 7.1, in each of scripts/test.sh's four
+# workers.
 import gc  # noqa: E402
 
 
