@@ -24,6 +24,7 @@ __version__ = "0.2.0"
 
 import sys as _sys  # noqa: E402
 
+from . import collector as _collector  # noqa: E402 (standard library only)
 from .preemption import remember_early_signal as _remember_early_signal  # noqa: E402 (torch-free)
 
 
@@ -37,6 +38,10 @@ def _starts_training(argv) -> bool:
     return any((a == "ddp_tutorial" or a.endswith("/ddp-tutorial") or a == "ddp-tutorial") and b == "train"
                for a, b in pairs)
 
+
+# Such a process imports torch with the cycle collector off, and freezes what it imported (see collector.py).
+if _collector.runs_a_command(getattr(_sys, "orig_argv", [])):
+    _collector.pause()
 
 # SLURM's SIGUSR1 may arrive while such a process still imports torch (1–2 s); its default action would
 # end the process. It is remembered from the very first import, and training's StopRequest picks it up.

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from . import __version__, exits
+from . import __version__, collector, exits
 from .i18n import TutorialError, metavar, t
 from .threads import prefer_passive_openmp
 
@@ -167,6 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with argparse_in_user_language():
         parser = build_parser(only=command if command in COMMANDS else "")
         args = parser.parse_args(argv)
+    collector.resume()  # the command's own imports and run with the cycle collector on (collector.py)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader that left (`… | head -1`) shows here, not in the interpreter's last flush

@@ -8,13 +8,14 @@ import os
 import sys
 import threading
 
-from . import exits
+from . import collector, exits
 from .i18n import TutorialError, t
 from .preemption import stop_listening
 
 
 def run_and_exit(function, *args) -> int:
     """Run ``function(*args)`` and return the process's exit code; print a user error in one line."""
+    collector.resume()  # what the process imported is frozen; its run's garbage is collected (collector.py)
     try:
         return _run(function, *args)
     finally:

@@ -19,6 +19,8 @@ import os
 import time
 from multiprocessing import forkserver
 
+from .collector import resume
+
 _SERVER, _LAUNCHER = os.getpid(), os.getppid()
 
 
@@ -47,6 +49,10 @@ def _remove_the_listening_socket() -> None:
         with contextlib.suppress(OSError):
             os.rmdir(folder)  # only when empty: anything else of the launcher's stays
 
+
+# The server has imported what the ranks need, with the cycle collector off (server_start.py): frozen, and the
+# collector on again for the ranks it forks.
+resume()
 
 # Its own process group: a signal to the launcher's group (a Jupyter kernel killed, with its group, by SIGKILL)
 # ends the launcher and the ranks (they join its group, supervisor._as_launched), and the server, left alone,

@@ -78,7 +78,7 @@ def rank_context(function: Callable, preload: Sequence[str] = ()) -> mp.context.
     modules = [*SERVER_IMPORTS, *preload]
     if function.__module__ != "__main__":  # a script's __main__ is imported by each rank, as with spawn
         modules.append(function.__module__)
-    context.set_forkserver_preload([*modules, "ddp_tutorial.server_exit"])  # last: see that module
+    context.set_forkserver_preload(["ddp_tutorial.server_start", *modules, "ddp_tutorial.server_exit"])  # see them
     held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)  # the server starts with them held
     try:
         multiprocessing.forkserver.ensure_running()

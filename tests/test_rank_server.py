@@ -46,6 +46,8 @@ def test_ranks_start_with_torch_imported_and_the_launchers_environment_of_that_m
         # torch is there, yet the rank has used almost no CPU: importing torch costs over a second of CPU
         assert rank["torch"] and rank["cpu"] < 0.5, (name, rank)
         assert rank["comm"] == f"rank{name[-1]}", (name, rank)  # named for top and ps, not "python"
+        # the server imported torch with the cycle collector off, froze it, and forks ranks with the collector on
+        assert rank["collector"] and rank["frozen"] > 100_000, (name, rank)
     # set before the first launch, changed after the server started, then removed: each launch's ranks see that moment's
     assert [found[f"{launch}-0"]["variable"] for launch in (1, 2, 3)] == ["first", "second", None]
     assert found["2-1"]["variable"] == "second" and found["3-1"]["variable"] is None

@@ -7,6 +7,7 @@ imported got it from the server it was forked from.
     python rank_server_probe.py hold OUT       2 ranks that write their PID and wait (the launcher is then killed)
 """
 
+import gc
 import json
 import os
 import sys
@@ -17,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's
 
 
 def at_start(local_rank: int, out: str, launch: int) -> None:
-    found = {"cpu": time.process_time(), "torch": "torch" in sys.modules,
+    found = {"cpu": time.process_time(), "torch": "torch" in sys.modules, "collector": gc.isenabled(),
+             "frozen": gc.get_freeze_count(),
              "variable": os.environ.get("RANK_SERVER_VARIABLE"), "comm": Path("/proc/self/comm").read_text().strip()}
     Path(out, f"{launch}-{local_rank}.json").write_text(json.dumps(found))
 
