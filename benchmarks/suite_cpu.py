@@ -55,8 +55,13 @@ except Exception:
 
 PLUGIN = '''import os, time
 _out = None
+_controller = [False]
+def pytest_configure(config):  # pytest-xdist's controller hears of every test its workers run: not counted twice
+    _controller[0] = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 def _write(kind, nodeid):
     global _out
+    if _controller[0]:
+        return
     if _out is None:
         _out = open(os.path.join({folder!r}, f"tests.{{os.getpid()}}"), "a", buffering=1)
     _out.write(f"{{kind}} {{time.time():.3f}} {{nodeid}}\\n")

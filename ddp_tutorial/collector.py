@@ -15,6 +15,9 @@ garbage. So a process that runs one of the package's commands:
 3. and freezes again as it exits, before the interpreter's last collections (an ``atexit`` function :func:`pause`
    registers before torch registers its own, so it runs after them).
 
+An ipyparallel engine (a process the package starts too) imports torch for its first rank the same way
+(:func:`loading` in ``ipp/remote.py``'s ``warm_up``).
+
 The server the ranks are forked from does 1 and 2 around its imports (``server_start.py`` first, ``server_exit.py``
 last): what Python's documentation of ``gc.freeze`` advises for a process that forks, so that the collector of a
 rank never touches the pages it shares with the server. The cost: a cycle that became garbage while the collector
@@ -24,9 +27,10 @@ was off stays in memory until the process ends (5–6 MB of 780 for torch's impo
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 
-_state = {"paused": False}
+_state = {"paused": False, "frozen_at_exit": False}
 #: ``python -m NAME``: the package's commands that import torch; each resumes the collector when its run begins
 #: (cli, train, spawn) or ends within seconds (gpu). ``ddp-tutorial …`` (the console script) is cli's.
 COMMANDS = ("ddp_tutorial", "ddp_tutorial.train", "ddp_tutorial.spawn", "ddp_tutorial.gpu")
@@ -46,7 +50,9 @@ def pause() -> None:
         return
     gc.disable()
     _state["paused"] = True
-    atexit.register(gc.freeze)
+    if not _state["frozen_at_exit"]:
+        atexit.register(gc.freeze)
+        _state["frozen_at_exit"] = True
 
 
 def resume() -> None:
@@ -60,3 +66,14 @@ def resume() -> None:
 
 def paused() -> bool:
     return _state["paused"]
+
+
+@contextlib.contextmanager
+def loading():
+    """``with loading(): import torch …``: :func:`pause` for the imports, :func:`resume` after them (an engine's
+    :func:`ddp_tutorial.ipp.remote.warm_up`)."""
+    pause()
+    try:
+        yield
+    finally:
+        resume()

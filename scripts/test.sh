@@ -43,11 +43,12 @@ export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 # registering, timeouts), so workers beyond the two cores fill them: pytest took 23.0 min with two workers, 19.7 with
 # three (clean clones, 2026-12-07) and 16.3 with four, the two cores then 98.8 % busy (/proc/stat, every 5 s): more
 # workers cannot help, less CPU per test can. Each worker starts its own SLURM lab when it meets a SLURM test
-# (namespaced: labs do not meet).
+# (namespaced: labs do not meet). --no-loadscope-reorder: the modules go out in the collection's order, which
+# tests/conftest.py makes longest first (tests/module_seconds.txt), so that the run does not end on one long module.
 # --durations: the slowest tests in every run's output (CI's too), to keep the suite in its budget.
 workers=${DDP_TUTORIAL_TEST_WORKERS:-4}
 parallel=()
 if [ "$workers" != 0 ] && .venv/bin/python -c "import xdist" 2>/dev/null; then
-  parallel=(-n "$workers" --dist loadscope)
+  parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)
 fi
 exec .venv/bin/python -m pytest --nbval-lax --durations=30 "${parallel[@]}" notebooks tests "$@"

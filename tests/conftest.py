@@ -103,6 +103,21 @@ def _slow_tests() -> set:
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
+# The longest modules first: scripts/test.sh's workers take whole modules (--dist loadscope), in the order of the
+# collection (--no-loadscope-reorder; pytest-xdist's own order, most tests first, left the long modules of one or
+# two tests, the browser's, the benchmarks', to the end, each on a worker of its own while the others sat idle).
+MODULE_SECONDS_FILE = Path(__file__).resolve().parent / "module_seconds.txt"
+UNMEASURED_SECONDS = 30.0
+
+
+def _module_seconds() -> dict:
+    if not MODULE_SECONDS_FILE.exists():
+        return {}
+    rows = (line.split() for line in MODULE_SECONDS_FILE.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#"))
+    return {module: float(seconds) for seconds, module in rows}
+
+
 def pytest_collection_modifyitems(items):
     slow = _slow_tests()
     for item in items:
@@ -111,6 +126,8 @@ def pytest_collection_modifyitems(items):
         base = item.nodeid.split("[")[0].removeprefix("tests/")
         if base in slow or any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+    seconds = _module_seconds()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNMEASURED_SECONDS))  # stable: a module's order stays
 
 
 # ===== The English notebooks' one-GPU kernels stay theirs (notebooks/conftest.py) ===========================

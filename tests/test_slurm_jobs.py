@@ -403,6 +403,7 @@ def test_ipp_engines_started_through_slurm_train_across_nodes(ipp_on_slurm, temp
     digests = {j["result"]["weights_sha256"] for j in template_jobs["jobs"].values() if j["result"]}
     assert digests == {train[0]["weights_sha256"]}, (digests, train[0])
     assert r["same_engines"]
+    assert all(on and frozen > 100_000 for on, frozen in r["collector"]), r["collector"]  # collector.loading
 
 
 @pytest.mark.slurm

@@ -147,9 +147,12 @@ def where(cwd: str, paths: List[str], towards: Optional[str] = None) -> dict:
 
 
 def warm_up() -> None:
-    """Import what every rank needs (torch, the training code) once, ahead of the first call."""
-    from .. import train  # noqa: F401 - imports torch, the model, the data code
-    import torch._dynamo  # noqa: F401 - building the DDP wrapper imports it (and sympy) on first use: 1.4 s
+    """Import what every rank needs (torch, the training code) once, ahead of the first call; with the cycle
+    collector off, then frozen (collector.py: an engine lives on with these objects until it ends)."""
+    from .. import collector
+    with collector.loading():
+        from .. import train  # noqa: F401 - imports torch, the model, the data code
+        import torch._dynamo  # noqa: F401 - building the DDP wrapper imports it (and sympy) on first use: 1.4 s
     _install_data_cache()
 
 

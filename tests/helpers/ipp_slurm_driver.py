@@ -76,6 +76,9 @@ report["train_seconds"] = time.monotonic() - began
 report["train"] = [{"rank": r.rank, "world_size": r.world_size, "num_nodes": r.num_nodes,
                     "test_accuracy": r.test_accuracy, "weights_sha256": r.weights_sha256} for r in results]
 report["same_engines"] = ipp.current() is engines  # keep=True kept the job for the next call
+# each engine imported torch for its rank with the cycle collector off, then froze it (remote.warm_up)
+report["collector"] = engines.client[engines.ids].apply_sync(lambda: (__import__("gc").isenabled(),
+                                                                       __import__("gc").get_freeze_count()))
 
 report["died"] = failure(lambda: ipp.run(die_on_rank_2, pg_timeout=120))
 report["after_death_current"] = ipp.current() is not None
