@@ -127,7 +127,8 @@ def pytest_collection_modifyitems(items):
         if base in slow or any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
     seconds = _module_seconds()
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNMEASURED_SECONDS))  # stable: a module's order stays
+    # a stable sort: the tests of a module, the cells of a notebook keep their order
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNMEASURED_SECONDS))
 
 
 # ===== The English notebooks' one-GPU kernels stay theirs (notebooks/conftest.py) ===========================
