@@ -64,10 +64,6 @@ def resume() -> None:
     gc.enable()
 
 
-def paused() -> bool:
-    return _state["paused"]
-
-
 @contextlib.contextmanager
 def loading():
     """``with loading(): import torch …``: :func:`pause` for the imports, :func:`resume` after them (an engine's
