@@ -16,7 +16,9 @@ garbage. So a process that runs one of the package's commands:
    registers before torch registers its own, so it runs after them).
 
 An ipyparallel engine (a process the package starts too) imports torch for its first rank the same way
-(:func:`loading` in ``ipp/remote.py``'s ``warm_up``).
+(:func:`loading` in ``ipp/remote.py``'s ``warm_up``). A notebook's Jupyter kernel, once ``notebook.setup()`` ran in
+its first cell, runs each cell with the collector off (:func:`pause` before the cell, :func:`resume` after it)
+until a cell has imported torch (``ddp_tutorial.notebook.pause_collector_until_torch``).
 
 The server the ranks are forked from does 1 and 2 around its imports (``server_start.py`` first, ``server_exit.py``
 last): what Python's documentation of ``gc.freeze`` advises for a process that forks, so that the collector of a

@@ -11,8 +11,10 @@ since 01 trains in the kernel itself.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+from . import collector
 from .datasets import ROOT_VARIABLE, default_dataset, default_root
 from .i18n import LANG_VARIABLE, LANGUAGES, language, t
 from .threads import prefer_passive_openmp
@@ -32,9 +34,37 @@ def setup(quiet: bool = False) -> dict:
     # when torch is imported, and the first cell runs before any import of torch; the engines inherit it.
     prefer_passive_openmp()
     install_error_display()
+    pause_collector_until_torch()
     if not quiet:
         print(t("ipp.notebook", language=info["lang"], dataset=info["dataset"], root=shown))
     return info
+
+
+def pause_collector_until_torch() -> bool:
+    """In a Jupyter kernel that has not imported torch yet: each cell runs with CPython's cycle collector off
+    until a cell has imported torch, and what the cell made is frozen after it (:mod:`ddp_tutorial.collector`:
+    the collector would walk torch's 300 000 objects again and again while they are made, then at each full
+    collection for the rest of the kernel's life). True when the two cell events are registered."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or "torch" in sys.modules:
+        return False
+
+    def before(info=None):
+        collector.pause()
+
+    def after(result=None):
+        collector.resume()
+        if "torch" in sys.modules:
+            shell.events.unregister("pre_run_cell", before)
+            shell.events.unregister("post_run_cell", after)
+
+    shell.events.register("pre_run_cell", before)
+    shell.events.register("post_run_cell", after)
+    return True
 
 
 def _user_frames_only(tb):

@@ -38,6 +38,10 @@ fi
 export DDP_TUTORIAL_DATASET=${DDP_TUTORIAL_DATASET:-${fetched:-fashion-mnist}}
 echo "== data: the notebooks run on $DDP_TUTORIAL_DATASET (root $DDP_TUTORIAL_ROOT)"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+# The repository's own modules compiled once, here: where the environment sets PYTHONDONTWRITEBYTECODE (this
+# machine's does), each Python process of the suite would compile again what it imports of them (0.04–0.06 CPU-s
+# for a `python -m ddp_tutorial …`), and the suite starts more than two thousand (python -m benchmarks.suite_cpu).
+.venv/bin/python -m compileall -q -j 0 ddp_tutorial benchmarks tests/helpers >/dev/null
 # Four workers (pytest-xdist; DDP_TUTORIAL_TEST_WORKERS=0: one process). --dist loadscope keeps a test module (and
 # a notebook: its cells share one kernel) on one worker, in order. Much of the suite waits (SLURM's scheduler, engines
 # registering, timeouts), so workers beyond the two cores fill them: pytest took 23.0 min with two workers, 19.7 with

@@ -28,6 +28,8 @@ def test_setup_line_and_error_display(tmp_path, monkeypatch):
         line = out[0]["text"]
         assert line.startswith("defter dili: tr") and "$DDP_TUTORIAL_ROOT" in line
         assert str(tmp_path) not in line  # no machine path in a stored output
+        # Until a cell has imported torch, each cell runs with the cycle collector off (ddp_tutorial.collector).
+        assert _run(kc, "import gc, sys\nprint(gc.isenabled(), 'torch' in sys.modules)")[0]["text"] == "False False\n"
         out = _run(kc, "from ddp_tutorial.config import TrainConfig\nfrom ddp_tutorial.train import train\n"
                        "train(TrainConfig(epochs=-1))")
         error = [m for m in out if "traceback" in m][0]
@@ -35,5 +37,8 @@ def test_setup_line_and_error_display(tmp_path, monkeypatch):
         assert "train(TrainConfig(epochs=-1))" in text          # the attendee's line
         assert "--epochs=-1" in text and "tam sayı" in text      # our message, in Turkish
         assert "ddp_tutorial/" not in text and "runstate" not in text  # no package frames
+        # That cell imported torch: what it made is frozen, and the cells after it run with the collector on.
+        seen = _run(kc, "print(gc.isenabled(), gc.get_freeze_count())")[0]["text"].split()
+        assert seen[0] == "True" and int(seen[1]) > 100_000, seen
     finally:
         km.shutdown_kernel(now=True)
