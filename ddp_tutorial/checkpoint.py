@@ -16,8 +16,8 @@ What is read must be a regular file with the right fields of the right types, or
 with one clear message (a named pipe would block ``torch.load`` for ever).
 
 torch is imported where a checkpoint is written or loaded, not above: the job templates ask where a
-checkpoint stands after every stop (``python -m ddp_tutorial.resume DIR``, answered by
-:mod:`ddp_tutorial.checkpoint_position`), and that answer needs no torch.
+checkpoint stands after every stop (``python -m ddp_tutorial.resume DIR``, answered by :func:`stands_at`), and
+that answer needs no torch.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ import time
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from . import atomic
+from .checkpoint_position import position_in
 from .config import CHECKPOINT_NAME, KEPT_ALWAYS, KEPT_MID_EPOCH
 from .i18n import TutorialError, t
 from .validate import option_name
@@ -98,6 +99,21 @@ def open_checkpoint(directory: os.PathLike | str):
     checked: a named pipe renamed in between never blocks."""
     path = checkpoint_path(directory)
     return _open_regular(path) if _regular_or_absent(path) else None
+
+
+def stands_at(directory: os.PathLike | str) -> Optional[Tuple[int, int]]:
+    """Where the checkpoint in ``directory`` stands, ``(epoch, step)``, without torch: the file
+    :func:`load_checkpoint` would read, opened as it opens it, read by
+    :func:`~ddp_tutorial.checkpoint_position.position_in`. ``None`` when there is none, or it cannot be read
+    (the resumed run says why)."""
+    try:
+        handle = open_checkpoint(directory)
+    except (OSError, TutorialError):  # not a regular file, or unreadable: no position
+        return None
+    if handle is None:
+        return None
+    with handle:
+        return position_in(handle)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,18 +1,17 @@
-"""Where a checkpoint stands, its epoch and step, read without torch.
+"""Where a checkpoint stands, its epoch and step, read from the open file without torch.
 
 Every job template asks it after a stop (exit 75), before it requeues the job: a requeue whose checkpoint has not
 moved on since the last one stops instead (``python -m ddp_tutorial.resume DIR`` prints ``EPOCH STEP``). Importing
 torch for two integers would cost 2 CPU-s each time, and many seconds on a busy shared file system.
+:func:`ddp_tutorial.checkpoint.stands_at` opens the file (rank 0's, checked as ``--resume`` checks it) and hands it
+here; this module imports nothing of the package.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
-from typing import Optional, Tuple
-
-from .checkpoint import open_checkpoint
+from typing import BinaryIO, Optional, Tuple
 
 
 class _Skeleton(pickle.Unpickler):
@@ -46,22 +45,16 @@ class _Opaque:
         pass
 
 
-def stands_at(directory: os.PathLike | str) -> Optional[Tuple[int, int]]:
-    """Where the checkpoint in ``directory`` stands, ``(epoch, step)``, without torch: ``torch.save`` writes a
-    zip archive whose ``…/data.pkl`` holds the state, and its epoch and step are plain integers in it. The
-    file :func:`~ddp_tutorial.checkpoint.load_checkpoint` reads (rank 0's, checked the same way); ``None``
-    when there is none, or it cannot be read (the resumed run says why)."""
+def position_in(handle: BinaryIO) -> Optional[Tuple[int, int]]:
+    """``(epoch, step)`` of the checkpoint open in ``handle``: ``torch.save`` writes a zip archive whose
+    ``…/data.pkl`` holds the state, and its epoch and step are plain integers in it (checked as
+    :func:`~ddp_tutorial.checkpoint.load_checkpoint` checks them). ``None`` when it cannot be read so."""
     try:
-        handle = open_checkpoint(directory)
-        if handle is None:
-            return None
-        with handle, zipfile.ZipFile(handle) as archive:
+        with zipfile.ZipFile(handle) as archive:
             (name,) = [name for name in archive.namelist() if name.endswith("/data.pkl")]
             with archive.open(name) as pickled:
                 state = _Skeleton(pickled).load()
         place = state["epoch"], state["step"]
-        if not all(type(number) is int and number >= 0 for number in place):  # as load_checkpoint checks them
-            return None
-        return place
-    except Exception:  # noqa: BLE001 - unreadable or not a checkpoint: no position (the resumed run says why)
+    except Exception:  # noqa: BLE001 - not a checkpoint, or a torn one: no position (the resumed run says why)
         return None
+    return place if all(type(number) is int and number >= 0 for number in place) else None

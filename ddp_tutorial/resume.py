@@ -7,7 +7,7 @@ the checkpoint must fit this one (model shape, world size, batch, seed, data, op
 and said, the random state comes back, and a stop vote ends in :meth:`Resume.preempted` (exit 75).
 
 torch is imported where it is used: ``python -m ddp_tutorial.resume DIR``, which the job templates run after
-every stop, answers without it (:func:`ddp_tutorial.checkpoint_position.stands_at`).
+every stop, answers without it (:func:`ddp_tutorial.checkpoint.stands_at`).
 """
 
 from __future__ import annotations
@@ -110,8 +110,6 @@ if __name__ == "__main__":
     # The job templates ask it after exit 75: a requeue whose checkpoint did not move on stops (P8).
     import sys
 
-    from .checkpoint_position import stands_at
-
-    found = stands_at(sys.argv[1]) if len(sys.argv) == 2 else None
+    found = ckpt.stands_at(sys.argv[1]) if len(sys.argv) == 2 else None
     if found is not None:
         print(*found)

@@ -357,8 +357,7 @@ def test_where_a_checkpoint_stands_is_read_as_resume_reads_it_without_torch(tmp_
     import zipfile
 
     import torch
-    from ddp_tutorial.checkpoint import checkpoint_path, save_checkpoint
-    from ddp_tutorial.checkpoint_position import stands_at
+    from ddp_tutorial.checkpoint import checkpoint_path, save_checkpoint, stands_at
     from ddp_tutorial.model import DeepNeuralNetwork
 
     model = DeepNeuralNetwork(3, 784, 32, 10)
